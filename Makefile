@@ -1,0 +1,43 @@
+# HBM build. `make test` is what CI runs; it installs what a fresh machine lacks.
+GO        ?= go
+BIN       := bin/hbm
+BPF_SRC   := $(wildcard bpf/*.bpf.c bpf/include/*.h)
+GO_SRC    := $(shell find cmd internal -name '*.go' -not -name '*_test.go')
+ARCH_INC  := /usr/include/$(shell uname -m)-linux-gnu
+export BPF_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/include -I$(ARCH_INC)
+
+.PHONY: all build generate deps test test-unit test-priv demo bench clean
+
+all: build
+
+## deps: install the toolchain a fresh Debian machine lacks (clang, libbpf headers, bpftool, iproute2).
+deps:
+	@./scripts/deps.sh
+
+## generate: compile the BPF C and regenerate the Go bindings (bpf2go).
+generate: deps
+	$(GO) generate ./internal/...
+
+## build: one static binary with the BPF objects embedded.
+build: generate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN) ./cmd/hbm
+
+## test: everything CI runs (unit, BPF decision and namespace integration tests).
+test: build
+	$(GO) vet ./...
+	HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 40m ./...
+
+## test-unit: tests that need no privileges.
+test-unit:
+	$(GO) test -count=1 -short ./...
+
+## demo: build, then show a limit working on a built-in namespace testbed.
+demo: build
+	./$(BIN) demo
+
+## bench: the foundation's egress benchmark (hbm vs htb vs tbf).
+bench: build
+	./bench/egress.sh
+
+clean:
+	rm -rf bin

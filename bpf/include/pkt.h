@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Packet facts the policy needs, read from a cgroup skb (data starts at the
+ * network header): protocol, ECN codepoint, header length, wire cost. */
+#ifndef HBM_PKT_H
+#define HBM_PKT_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define ECN_MASK    3
+#define ECN_NOT_ECT 0
+#define ECN_CE      3
+
+#define UDP_HDR_BYTES 8
+/* TSO/GSO packets larger than this are accounted as this (BIG TCP tops at 512 KB). */
+#define MAX_PKT_BYTES (1U << 20)
+
+struct pkt {
+	__u64 wire_bytes; /* what the packet costs on the wire, all segments */
+	__u32 segs;       /* wire packets it becomes */
+	__u32 len;        /* skb length (first segment's headers + all payload) */
+	__u8 is_tcp;
+	__u8 ecn;
+};
+
+/* pkt_parse fills p. Unknown or truncated packets still get a cost (their
+ * length) so that nothing goes unaccounted. */
+static __always_inline void pkt_parse(struct __sk_buff *skb, struct pkt *p)
+{
+	__u32 hdr = 0, proto = 0;
+
+	p->len = skb->len;
+	if (p->len > MAX_PKT_BYTES)
+		p->len = MAX_PKT_BYTES;
+	p->is_tcp = 0;
+	p->ecn = ECN_NOT_ECT;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)))
+			goto done;
+		p->ecn = ip.tos & ECN_MASK;
+		proto = ip.protocol;
+		hdr = ip.ihl * 4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+
+		if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)))
+			goto done;
+		p->ecn = (ip6.flow_lbl[0] >> 4) & ECN_MASK;
+		proto = ip6.nexthdr; /* extension headers: accounted as non-TCP */
+		hdr = sizeof(ip6);
+	}
+
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr th;
+
+		if (!bpf_skb_load_bytes(skb, hdr, &th, sizeof(th))) {
+			p->is_tcp = 1;
+			hdr += th.doff * 4;
+		}
+	} else if (proto == IPPROTO_UDP) {
+		hdr += UDP_HDR_BYTES;
+	}
+done:
+	/* A GSO packet leaves as gso_segs packets, each with its own headers. */
+	p->segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	p->wire_bytes = p->len;
+	if (p->segs > 1 && hdr < p->len)
+		p->wire_bytes += (__u64)(p->segs - 1) * hdr;
+}
+
+#endif /* HBM_PKT_H */

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The virtual queue: credit accrues with time at the configured rate, each
+ * packet costs its wire bytes. Kept as the time the queue drains (vtime), so
+ * the fast path multiplies bytes by a per-byte cost and never rate by time. */
+#ifndef HBM_VQUEUE_H
+#define HBM_VQUEUE_H
+
+#include "hbm.h"
+
+/* cost_ns returns the time wire_bytes take at the configured rate, adding the
+ * sub-ns remainder to *frac. wire_bytes <= 2^40 and ns_per_byte <= 2^20 keep
+ * both products below 2^64. */
+static __always_inline __u64 cost_ns(const struct hbm_config *cfg, __u64 wire_bytes, __u32 *frac)
+{
+	__u64 f = wire_bytes * cfg->ns_per_byte_frac + *frac;
+
+	*frac = (__u32)f;
+	return wire_bytes * cfg->ns_per_byte + (f >> 32);
+}
+
+/* vq_clamp applies the queue's bounds and returns its backlog before the next
+ * packet: negative means credit. An idle queue keeps at most burst_ns of credit
+ * however long it idled (hours, or a vtime of 0 on creation), and the backlog
+ * never passes max_backlog_ns, so recovery after a flood is bounded. Call with
+ * the queue locked; it moves vtime for the bounds only, never for a packet. */
+static __always_inline __s64 vq_clamp(struct hbm_queue *q, const struct hbm_config *cfg, __u64 now)
+{
+	__u64 floor = now - cfg->burst_ns;
+	__u64 ceil = now + cfg->max_backlog_ns;
+
+	if (now < cfg->burst_ns)
+		floor = 0;
+	/* Signed comparisons: vtime may lead now (backlog) or trail it (credit);
+	 * another CPU may have read a slightly later clock. */
+	if ((__s64)(q->vtime_ns - floor) < 0) {
+		q->vtime_ns = floor;
+		q->frac = 0;
+	} else if ((__s64)(q->vtime_ns - ceil) > 0) {
+		q->vtime_ns = ceil;
+	}
+	return (__s64)(q->vtime_ns - now);
+}
+
+#endif /* HBM_VQUEUE_H */

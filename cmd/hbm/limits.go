@@ -1,0 +1,282 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/rate"
+)
+
+// The limit commands: set, unset, show, prune.
+
+func init() {
+	commands = append(commands, newSetCmd, newUnsetCmd, newShowCmd, newPruneCmd)
+}
+
+// pinDir is where state is pinned; a hidden flag lets tests use their own.
+var pinDir = dataplane.DefaultPinDir
+
+func requireRoot() error {
+	if os.Geteuid() != 0 {
+		return errors.New("must run as root: attaching BPF programs to cgroups needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN")
+	}
+	return nil
+}
+
+// resolveGroup turns the CGROUP argument into a group, as a usage error.
+func resolveGroup(arg string) (cgroup.Group, error) {
+	g, err := cgroup.Resolve(arg)
+	if err != nil {
+		if errors.Is(err, cgroup.ErrNoCgroup2) {
+			return g, err
+		}
+		return g, usageError{err}
+	}
+	return g, nil
+}
+
+func newSetCmd() *cobra.Command {
+	var (
+		egress   rate.Rate
+		th       rate.Thresholds
+		loopback bool
+		noDrop   bool
+		minInfl  uint32
+		noPace   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "set CGROUP --egress RATE",
+		Short: "Limit a cgroup's bandwidth (again: change the rate live)",
+		Long: `Limit the egress of every socket in CGROUP and its descendants to RATE.
+
+CGROUP is a cgroup v2 path, absolute (under the cgroup2 mount) or relative to
+the mount ("/" is the root group). RATE uses tc's units: bit, kbit, mbit, gbit,
+tbit for bits per second; bps, kbps, mbps, gbps for bytes per second; from
+8kbit to 400gbit. Setting a limited group again changes its limit in place:
+no detach, no unlimited burst, counters kept.
+
+Thresholds are times of virtual queue at RATE; each is raised to hold a few
+full-size packets at low rates.`,
+		Example: `  hbm set /workload/batch --egress 200mbit
+  hbm set /sys/fs/cgroup/unified/workload/batch --egress 1.5gbit
+  hbm set / --egress 9gbit --mark 500us`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("egress") {
+				return usagef("set: give a rate with --egress RATE")
+			}
+			th = th.Fit(egress)
+			if err := th.Validate(); err != nil {
+				return usageError{err}
+			}
+			g, err := resolveGroup(args[0])
+			if err != nil {
+				return err
+			}
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			m, err := dataplane.Open(pinDir)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			lim := dataplane.Limit{Rate: egress, Thresholds: th, Loopback: loopback, NoDrop: noDrop, MinInflight: minInfl, NoPace: noPace}
+			if err := m.Set(g, dataplane.Egress, lim); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: egress limited to %v\n", g.Rel, egress)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Var(&egress, "egress", "egress `RATE` (e.g. 200mbit, 1gbit)")
+	f.BoolVar(&loopback, "loopback", false, "police loopback traffic too (exempt by default)")
+	f.BoolVar(&noDrop, "no-drop", false, "mark only, never drop")
+	f.BoolVar(&noPace, "no-pace", false, "no pacing assist: police with marks and drops only")
+	f.DurationVar(&th.Burst, "burst", rate.DefaultBurst, "credit an idle group keeps, in time at RATE")
+	f.DurationVar(&th.Pace, "pace", rate.DefaultPace, "virtual queue the pacing assist steers each group to")
+	f.DurationVar(&th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked (CE, or cwr for non-ECN TCP)")
+	f.DurationVar(&th.DropLarge, "drop-large", rate.DefaultDropLarge, "virtual queue above which large packets are dropped")
+	f.DurationVar(&th.DropSmall, "drop-small", rate.DefaultDropSmall, "virtual queue above which all packets are dropped")
+	f.StringVar(&pinDir, "pin-dir", dataplane.DefaultPinDir, "bpffs directory for HBM's state")
+	f.MarkHidden("pin-dir")
+	f.Uint32Var(&minInfl, "min-inflight", 0, "never drop TCP flows with fewer packets out (experiments)")
+	f.MarkHidden("min-inflight")
+	return cmd
+}
+
+func newUnsetCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "unset CGROUP",
+		Short:   "Remove a cgroup's limit and everything it pinned",
+		Example: `  hbm unset /workload/batch`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			g, err := resolveGroup(args[0])
+			if err != nil {
+				return err
+			}
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			if !dataplane.Pinned(pinDir) {
+				return fmt.Errorf("%s egress: %w", g.Rel, dataplane.ErrNotFound)
+			}
+			m, err := dataplane.Open(pinDir)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			if err := m.Unset(g, dataplane.Egress); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: egress limit removed\n", g.Rel)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&pinDir, "pin-dir", dataplane.DefaultPinDir, "bpffs directory for HBM's state")
+	cmd.Flags().MarkHidden("pin-dir")
+	return cmd
+}
+
+// dirJSON is one direction of a limit in `hbm show --json`.
+type dirJSON struct {
+	RateBps uint64 `json:"rate_bps"`
+	dataplane.Stats
+}
+
+// limitJSON is one group in `hbm show --json`.
+type limitJSON struct {
+	Cgroup   string   `json:"cgroup"`
+	CgroupID uint64   `json:"cgroup_id"`
+	Removed  bool     `json:"removed,omitempty"`
+	Egress   *dirJSON `json:"egress"`
+	Ingress  *dirJSON `json:"ingress"`
+}
+
+func groupEntries(es []dataplane.Entry) []limitJSON {
+	var out []limitJSON
+	idx := map[uint64]int{}
+	for _, e := range es {
+		i, ok := idx[e.CgroupID]
+		if !ok {
+			i = len(out)
+			idx[e.CgroupID] = i
+			out = append(out, limitJSON{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Cgroup == ""})
+		}
+		d := &dirJSON{RateBps: uint64(e.Limit.Rate), Stats: e.Stats}
+		if e.Dir == dataplane.Ingress {
+			out[i].Ingress = d
+		} else {
+			out[i].Egress = d
+		}
+	}
+	return out
+}
+
+func newShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "List limited cgroups with their rates and counters",
+		Long: `List every limited cgroup with its rate and counters per direction: wire bytes
+and packets passed (a GSO packet counts as its segments), packets CE-marked,
+congestion codes returned to TCP (cwr), packets and bytes dropped.`,
+		Example: `  hbm show
+  hbm show --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			var entries []dataplane.Entry
+			m, err := dataplane.OpenReadOnly(pinDir)
+			if err != nil {
+				return err
+			}
+			if m != nil {
+				defer m.Close()
+				if entries, err = m.List(); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), groupEntries(entries))
+			}
+			return writeTable(cmd.OutOrStdout(), entries)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&pinDir, "pin-dir", dataplane.DefaultPinDir, "bpffs directory for HBM's state")
+	cmd.Flags().MarkHidden("pin-dir")
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if v == nil {
+		v = []limitJSON{}
+	}
+	if l, ok := v.([]limitJSON); ok && l == nil {
+		v = []limitJSON{}
+	}
+	return enc.Encode(v)
+}
+
+func writeTable(w io.Writer, es []dataplane.Entry) error {
+	if len(es) == 0 {
+		fmt.Fprintln(w, "no limits set")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\t")
+	for _, e := range es {
+		name := e.Cgroup
+		if name == "" {
+			name = fmt.Sprintf("(removed, id %d)", e.CgroupID)
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate,
+			e.Stats.Bytes, e.Stats.Packets, e.Stats.Marked, e.Stats.CWR, e.Stats.Dropped, e.Stats.DroppedBytes)
+	}
+	return tw.Flush()
+}
+
+func newPruneCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove the limits of cgroups that no longer exist",
+		Long: `A limited cgroup that is removed leaves its pinned state behind (shown as
+"(removed, id N)" by hbm show). set and unset clean such state as they go;
+prune does it on demand.`,
+		Example: `  hbm prune`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			m, err := dataplane.Open(pinDir)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			gone, err := m.Prune()
+			for _, e := range gone {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %v limit of removed cgroup id %d\n", e.Dir, e.CgroupID)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&pinDir, "pin-dir", dataplane.DefaultPinDir, "bpffs directory for HBM's state")
+	cmd.Flags().MarkHidden("pin-dir")
+	return cmd
+}

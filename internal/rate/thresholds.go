@@ -1,0 +1,82 @@
+package rate
+
+import (
+	"fmt"
+	"time"
+)
+
+// Thresholds place a limit's marks and drops in time: how long the virtual
+// queue stands at the configured rate, not how many bytes it holds. Byte
+// thresholds fit one rate only: the upstream sample's 60 KB mark threshold is
+// one 64 KB GSO packet, so at 200 Mbit/s it marks nearly every packet.
+type Thresholds struct {
+	Burst      time.Duration // credit an idle group keeps: how far it may run ahead
+	Pace       time.Duration // pacing assist: backlog the group's flow rate steers to
+	Mark       time.Duration // backlog above which packets are marked (CE or cwr ramp)
+	DropLarge  time.Duration // backlog above which large packets are dropped
+	DropSmall  time.Duration // backlog above which all packets are dropped
+	MaxBacklog time.Duration // backlog bound: recovery after a flood stays bounded
+}
+
+// Defaults, in time at the configured rate.
+const (
+	DefaultBurst     = 1 * time.Millisecond
+	DefaultPace      = 1 * time.Millisecond
+	DefaultMark      = 2 * time.Millisecond
+	DefaultDropLarge = 10 * time.Millisecond
+	DefaultDropSmall = 20 * time.Millisecond
+)
+
+// Floors in bytes: at low rates a time threshold would sit below one packet
+// (1 ms at 8 kbit/s is one byte), so each threshold also holds this many
+// full-size packets, and the drop thresholds leave room above the mark one.
+const (
+	MTUBytes        = 1500
+	burstFloorPkts  = 2
+	markFloorPkts   = 4
+	dropLargeMargin = 8 // packets between mark and drop-large, at least
+	dropSmallMargin = 4 // packets between drop-large and drop-small, at least
+)
+
+// Default returns the default thresholds at r.
+func Default(r Rate) Thresholds {
+	return Thresholds{
+		Burst:     DefaultBurst,
+		Pace:      DefaultPace,
+		Mark:      DefaultMark,
+		DropLarge: DefaultDropLarge,
+		DropSmall: DefaultDropSmall,
+	}.Fit(r)
+}
+
+// Fit raises each threshold to its floor at r, orders them (burst, mark <=
+// drop-large <= drop-small) and derives MaxBacklog when unset.
+func (t Thresholds) Fit(r Rate) Thresholds {
+	pkt := func(n uint64) time.Duration { return time.Duration(r.CostExact(n*MTUBytes) + 0.5) }
+	t.Burst = max(t.Burst, pkt(burstFloorPkts))
+	t.Mark = max(t.Mark, pkt(markFloorPkts))
+	t.Pace = min(t.Pace, t.Mark)
+	t.DropLarge = max(t.DropLarge, t.Mark+pkt(dropLargeMargin))
+	t.DropSmall = max(t.DropSmall, t.DropLarge+pkt(dropSmallMargin))
+	if t.MaxBacklog < t.DropSmall {
+		t.MaxBacklog = 2 * t.DropSmall
+	}
+	return t
+}
+
+// Validate rejects thresholds the data plane cannot use.
+func (t Thresholds) Validate() error {
+	const limit = time.Hour // keeps every ns sum far from overflow
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"burst", t.Burst}, {"pace", t.Pace}, {"mark", t.Mark}, {"drop-large", t.DropLarge}, {"drop-small", t.DropSmall}, {"max backlog", t.MaxBacklog}} {
+		if d.v < 0 || d.v > limit {
+			return fmt.Errorf("%s threshold %v out of range [0, %v]", d.name, d.v, limit)
+		}
+	}
+	if !(t.Mark <= t.DropLarge && t.DropLarge <= t.DropSmall && t.DropSmall <= t.MaxBacklog) {
+		return fmt.Errorf("thresholds out of order: want mark (%v) <= drop-large (%v) <= drop-small (%v)", t.Mark, t.DropLarge, t.DropSmall)
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package testbed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// HBM drives an hbm binary through its CLI (set, unset, show --json).
+type HBM struct {
+	Bin string
+}
+
+// Counters are one direction of a group in `hbm show --json`.
+type Counters struct {
+	RateBps      uint64 `json:"rate_bps"`
+	Bytes        uint64 `json:"bytes"`
+	Packets      uint64 `json:"packets"`
+	Marked       uint64 `json:"marked"`
+	CWR          uint64 `json:"cwr"`
+	Dropped      uint64 `json:"dropped"`
+	DroppedBytes uint64 `json:"dropped_bytes"`
+}
+
+// Sub returns c - o field by field (the counters over an interval).
+func (c Counters) Sub(o Counters) Counters {
+	return Counters{
+		RateBps: c.RateBps, Bytes: c.Bytes - o.Bytes, Packets: c.Packets - o.Packets,
+		Marked: c.Marked - o.Marked, CWR: c.CWR - o.CWR,
+		Dropped: c.Dropped - o.Dropped, DroppedBytes: c.DroppedBytes - o.DroppedBytes,
+	}
+}
+
+// GroupStatus is one entry of `hbm show --json`.
+type GroupStatus struct {
+	Cgroup  string    `json:"cgroup"`
+	Egress  *Counters `json:"egress"`
+	Ingress *Counters `json:"ingress"`
+}
+
+func (h HBM) run(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return outputCtx(ctx, h.Bin, args...)
+}
+
+// Set limits cgroup's egress to rate (tc units, e.g. "200mbit").
+func (h HBM) Set(cgroup, rate string) error {
+	_, err := h.run("set", cgroup, "--egress", rate)
+	return err
+}
+
+// Unset removes cgroup's limits.
+func (h HBM) Unset(cgroup string) error {
+	_, err := h.run("unset", cgroup)
+	return err
+}
+
+// Show returns `hbm show --json`.
+func (h HBM) Show() ([]GroupStatus, error) {
+	out, err := h.run("show", "--json")
+	if err != nil {
+		return nil, err
+	}
+	var st []GroupStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return nil, fmt.Errorf("hbm show --json: %w (output %q)", err, out)
+	}
+	return st, nil
+}
+
+// Egress returns cgroup's egress counters from `hbm show --json` (nil, nil
+// when cgroup has no egress limit).
+func (h HBM) Egress(cgroup string) (*Counters, error) {
+	st, err := h.Show()
+	if err != nil {
+		return nil, err
+	}
+	want := filepath.Clean("/" + cgroup)
+	for _, g := range st {
+		if filepath.Clean("/"+g.Cgroup) == want {
+			return g.Egress, nil
+		}
+	}
+	return nil, nil
+}

@@ -1,0 +1,659 @@
+package workload
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"golang.org/x/sys/unix"
+)
+
+// Config describes a client run.
+type Config struct {
+	Addr      string        // server host:port (IPv4 or [IPv6])
+	Streams   int           // bulk streams
+	RPCs      int           // request/response loops
+	RPCSize   int           // request bytes, header included (default 10 KB)
+	ReplySize int           // reply bytes (default 64)
+	ChunkSize int           // bulk write size (default 128 KB)
+	Warmup    time.Duration // before the measurement window
+	Duration  time.Duration // measurement window (the whole run in script mode)
+	CC        string        // TCP congestion control for every socket ("" = default)
+
+	ConnectTimeout time.Duration // whole connect phase (default 5s)
+	ControlTimeout time.Duration // each server snapshot (default 2s)
+	RTTInterval    time.Duration // srtt sampling period (default 100ms)
+
+	// Deadline, if set, is when every socket operation fails at the latest.
+	// Run sets it to the end of the run plus slack.
+	Deadline time.Time
+}
+
+func (cfg *Config) defaults() error {
+	if cfg.RPCSize == 0 {
+		cfg.RPCSize = 10 << 10
+	}
+	if cfg.ReplySize == 0 {
+		cfg.ReplySize = 64
+	}
+	if cfg.ChunkSize == 0 {
+		cfg.ChunkSize = 128 << 10
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.ControlTimeout == 0 {
+		cfg.ControlTimeout = 2 * time.Second
+	}
+	if cfg.RTTInterval == 0 {
+		cfg.RTTInterval = 100 * time.Millisecond
+	}
+	switch {
+	case cfg.Addr == "":
+		return errors.New("workload: no server address")
+	case cfg.Streams < 0 || cfg.RPCs < 0 || cfg.Streams+cfg.RPCs == 0:
+		return errors.New("workload: need at least one bulk stream or RPC loop")
+	case cfg.Streams > 1024 || cfg.RPCs > 1024:
+		return errors.New("workload: at most 1024 streams and 1024 RPC loops")
+	case cfg.RPCSize < rpcHeaderLen || cfg.RPCSize > MaxRPCSize:
+		return fmt.Errorf("workload: RPC size must be %d..%d bytes", rpcHeaderLen, MaxRPCSize)
+	case cfg.ReplySize < 1 || cfg.ReplySize > MaxRPCSize:
+		return fmt.Errorf("workload: reply size must be 1..%d bytes", MaxRPCSize)
+	case cfg.ChunkSize < 1 || cfg.ChunkSize > 64<<20:
+		return errors.New("workload: bad chunk size")
+	case cfg.Warmup < 0 || cfg.Duration <= 0:
+		return errors.New("workload: need a positive duration")
+	}
+	return nil
+}
+
+// Latency summarises RPC latencies, in microseconds.
+type Latency struct {
+	Count int64   `json:"count"`
+	Mean  float64 `json:"mean_us"`
+	P50   float64 `json:"p50_us"`
+	P90   float64 `json:"p90_us"`
+	P99   float64 `json:"p99_us"`
+	P999  float64 `json:"p999_us"`
+	Max   float64 `json:"max_us"`
+	// InFlightMax is the age of the oldest request still unanswered when the
+	// window closed (0 if none): a stalled RPC shows here, not in Max.
+	InFlightMax float64 `json:"inflight_max_us"`
+}
+
+// Result is what one measurement window measured.
+type Result struct {
+	Name      string `json:"name,omitempty"`
+	Addr      string `json:"addr"`
+	CC        string `json:"cc"`
+	Streams   int    `json:"streams"`
+	RPCs      int    `json:"rpcs"`
+	RPCSize   int    `json:"rpc_size"`
+	ReplySize int    `json:"reply_size"`
+
+	// Start is the window's start (Unix ns); Duration its length on the
+	// client, ServerDuration the server's clock between its two snapshots.
+	Start          int64   `json:"start_unix_ns"`
+	Duration       float64 `json:"duration_s"`
+	ServerDuration float64 `json:"server_duration_s,omitempty"`
+
+	// Goodput is bulk payload per second over the window, from the bytes the
+	// server read (Source "server") or, when the server could not be asked,
+	// from the senders' TCP_INFO bytes_acked (Source "sender").
+	Goodput      float64 `json:"goodput_bps"`
+	TotalGoodput float64 `json:"total_goodput_bps"` // bulk + RPC request bytes
+	Source       string  `json:"source"`
+	BulkBytes    uint64  `json:"bulk_bytes"`
+	RPCBytes     uint64  `json:"rpc_bytes"` // request bytes, headers included
+
+	// SenderGoodput is the bulk streams' bytes_acked delta over the window.
+	SenderGoodput float64   `json:"sender_goodput_bps"`
+	StreamGoodput []float64 `json:"stream_goodput_bps,omitempty"`
+
+	Retransmits uint64  `json:"retransmits"`  // tcpi_total_retrans delta, all data sockets
+	DeliveredCE uint64  `json:"delivered_ce"` // tcpi_delivered_ce delta (ECN echoes seen)
+	RTT         float64 `json:"rtt_us"`       // mean tcpi_rtt (srtt) of the bulk sockets
+	RTTMax      float64 `json:"rtt_max_us"`
+	Cwnd        float64 `json:"cwnd"` // mean tcpi_snd_cwnd (segments) of the bulk sockets
+
+	RPC      Latency  `json:"rpc"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+type counters struct {
+	acked, retrans, ce uint64
+}
+
+type serverSnap struct {
+	t                    time.Duration
+	bulk, rpcReq, rpcRep uint64
+	err                  error
+}
+
+type segment struct {
+	name    string
+	gen     uint64
+	start   time.Time
+	info0   []counters
+	srv0    chan serverSnap
+	hist    *hdrhistogram.Histogram
+	rttSum  float64
+	rttN    int
+	rttMax  uint32
+	cwndSum float64
+	warn    []string
+}
+
+// Client holds a session's connections. Dial, then Begin and End any number of
+// measurement windows, then Close.
+type Client struct {
+	cfg     Config
+	session uint64
+
+	ctrlMu     sync.Mutex
+	ctrl       net.Conn
+	ctrlBroken error
+
+	bulk, rpc []net.Conn
+	all       []net.Conn
+	inflight  []atomic.Int64 // start (Unix ns) of each loop's outstanding RPC
+	cc        string
+
+	stop      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	gen    atomic.Uint64
+	mu     sync.Mutex
+	seg    *segment
+	loopMu sync.Mutex
+	loopEr []string
+}
+
+// Dial connects the control, bulk and RPC connections and starts traffic.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if cfg.Deadline.IsZero() {
+		cfg.Deadline = time.Now().Add(cfg.ConnectTimeout + cfg.Warmup + cfg.Duration + 2*cfg.ControlTimeout + time.Second)
+	}
+	var sid [8]byte
+	rand.Read(sid[:])
+	c := &Client{cfg: cfg, session: binary.BigEndian.Uint64(sid[:]), stop: make(chan struct{})}
+	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	d := net.Dialer{Control: setCC(cfg.CC), KeepAlive: -1}
+	connect := func(kind byte) (net.Conn, error) {
+		conn, err := d.DialContext(cctx, "tcp", cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("workload: connect %s: %w", cfg.Addr, err)
+		}
+		dl, _ := cctx.Deadline()
+		conn.SetWriteDeadline(dl)
+		if _, err := conn.Write(encodeHello(kind, c.session)); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("workload: hello to %s: %w", cfg.Addr, err)
+		}
+		conn.SetWriteDeadline(cfg.Deadline)
+		conn.SetReadDeadline(cfg.Deadline)
+		return conn, nil
+	}
+	var err error
+	if c.ctrl, err = connect(kindControl); err != nil {
+		return nil, err
+	}
+	for i := 0; i < cfg.Streams && err == nil; i++ {
+		var conn net.Conn
+		if conn, err = connect(kindBulk); err == nil {
+			c.bulk = append(c.bulk, conn)
+		}
+	}
+	for i := 0; i < cfg.RPCs && err == nil; i++ {
+		var conn net.Conn
+		if conn, err = connect(kindRPC); err == nil {
+			c.rpc = append(c.rpc, conn)
+		}
+	}
+	c.all = append(append([]net.Conn{}, c.bulk...), c.rpc...)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.cc = congestionControl(c.all[0])
+	c.inflight = make([]atomic.Int64, len(c.rpc))
+	for _, conn := range c.bulk {
+		c.wg.Add(1)
+		go c.bulkLoop(conn)
+	}
+	for i, conn := range c.rpc {
+		c.wg.Add(1)
+		go c.rpcLoop(i, conn)
+	}
+	c.wg.Add(1)
+	go c.rttLoop()
+	return c, nil
+}
+
+func (c *Client) stopped() bool {
+	select {
+	case <-c.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Client) loopError(what string, err error) {
+	if c.stopped() {
+		return
+	}
+	c.loopMu.Lock()
+	if len(c.loopEr) < 16 {
+		c.loopEr = append(c.loopEr, fmt.Sprintf("%s: %v", what, err))
+	}
+	c.loopMu.Unlock()
+}
+
+func (c *Client) bulkLoop(conn net.Conn) {
+	defer c.wg.Done()
+	buf := make([]byte, c.cfg.ChunkSize)
+	for !c.stopped() {
+		if _, err := conn.Write(buf); err != nil {
+			c.loopError("bulk stream", err)
+			return
+		}
+	}
+}
+
+func (c *Client) rpcLoop(i int, conn net.Conn) {
+	defer c.wg.Done()
+	req := make([]byte, c.cfg.RPCSize)
+	binary.BigEndian.PutUint32(req[0:], uint32(c.cfg.RPCSize))
+	binary.BigEndian.PutUint32(req[4:], uint32(c.cfg.ReplySize))
+	rep := make([]byte, c.cfg.ReplySize)
+	for !c.stopped() {
+		gen := c.gen.Load()
+		t0 := time.Now()
+		c.inflight[i].Store(t0.UnixNano())
+		if _, err := conn.Write(req); err != nil {
+			c.loopError("rpc request", err)
+			return
+		}
+		if _, err := io.ReadFull(conn, rep); err != nil {
+			c.loopError("rpc reply", err)
+			return
+		}
+		lat := time.Since(t0)
+		c.inflight[i].Store(0)
+		c.mu.Lock()
+		if c.seg != nil && c.seg.gen == gen {
+			c.seg.hist.RecordValue(max(1, lat.Microseconds()))
+		}
+		c.mu.Unlock()
+	}
+}
+
+// rttLoop samples the srtt of the bulk sockets (or the RPC sockets when there
+// are no bulk ones) while a window is open.
+func (c *Client) rttLoop() {
+	defer c.wg.Done()
+	conns := c.bulk
+	if len(conns) == 0 {
+		conns = c.rpc
+	}
+	t := time.NewTicker(c.cfg.RTTInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		gen := c.gen.Load()
+		c.mu.Lock()
+		open := c.seg != nil
+		c.mu.Unlock()
+		if !open {
+			continue
+		}
+		var infos []*unix.TCPInfo
+		for _, conn := range conns {
+			if info, err := tcpInfo(conn); err == nil {
+				infos = append(infos, info)
+			}
+		}
+		c.mu.Lock()
+		if s := c.seg; s != nil && s.gen == gen {
+			for _, info := range infos {
+				s.rttSum += float64(info.Rtt)
+				s.cwndSum += float64(info.Snd_cwnd)
+				s.rttN++
+				s.rttMax = max(s.rttMax, info.Rtt)
+			}
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *Client) snapCounters() ([]counters, error) {
+	out := make([]counters, len(c.all))
+	for i, conn := range c.all {
+		info, err := tcpInfo(conn)
+		if err != nil {
+			return nil, fmt.Errorf("workload: TCP_INFO: %w", err)
+		}
+		out[i] = counters{acked: info.Bytes_acked, retrans: uint64(info.Total_retrans), ce: uint64(info.Delivered_ce)}
+	}
+	return out, nil
+}
+
+// serverSnapshot asks the server for the session's counters, bounded by
+// ControlTimeout. After one failure the control connection is not used again
+// (a late answer would be misread).
+func (c *Client) serverSnapshot() serverSnap {
+	c.ctrlMu.Lock()
+	defer c.ctrlMu.Unlock()
+	if c.ctrlBroken != nil {
+		return serverSnap{err: c.ctrlBroken}
+	}
+	dl := time.Now().Add(c.cfg.ControlTimeout)
+	c.ctrl.SetDeadline(dl)
+	var buf [snapLen]byte
+	_, err := c.ctrl.Write([]byte{ctrlSnapshot})
+	if err == nil {
+		_, err = io.ReadFull(c.ctrl, buf[:])
+	}
+	if err != nil {
+		c.ctrlBroken = fmt.Errorf("server snapshot: %w", err)
+		return serverSnap{err: c.ctrlBroken}
+	}
+	return serverSnap{
+		t:      time.Duration(binary.BigEndian.Uint64(buf[0:])),
+		bulk:   binary.BigEndian.Uint64(buf[8:]),
+		rpcReq: binary.BigEndian.Uint64(buf[16:]),
+		rpcRep: binary.BigEndian.Uint64(buf[24:]),
+	}
+}
+
+// Begin opens a measurement window named name. The server's counters are
+// read in the background, so Begin does not wait on the server.
+func (c *Client) Begin(name string) error {
+	info0, err := c.snapCounters()
+	if err != nil {
+		return err
+	}
+	h := hdrhistogram.New(1, 600_000_000, 3)
+	s := &segment{name: name, start: time.Now(), info0: info0, srv0: make(chan serverSnap, 1), hist: h}
+	c.mu.Lock()
+	if c.seg != nil {
+		c.mu.Unlock()
+		return errors.New("workload: a window is already open")
+	}
+	s.gen = c.gen.Add(1)
+	c.seg = s
+	c.mu.Unlock()
+	go func() { s.srv0 <- c.serverSnapshot() }()
+	return nil
+}
+
+// End closes the open window and reports it. It waits on the server at most
+// about twice ControlTimeout.
+func (c *Client) End() (*Result, error) {
+	c.mu.Lock()
+	s := c.seg
+	if s == nil {
+		c.mu.Unlock()
+		return nil, errors.New("workload: no window open")
+	}
+	c.seg = nil
+	c.gen.Add(1)
+	c.mu.Unlock()
+	end := time.Now()
+
+	r := &Result{
+		Name: s.name, Addr: c.cfg.Addr, CC: c.cc, Streams: len(c.bulk), RPCs: len(c.rpc),
+		RPCSize: c.cfg.RPCSize, ReplySize: c.cfg.ReplySize,
+		Start: s.start.UnixNano(), Duration: end.Sub(s.start).Seconds(),
+	}
+	if len(c.rpc) == 0 {
+		r.RPCSize, r.ReplySize = 0, 0
+	}
+	info1, err := c.snapCounters()
+	if err != nil {
+		return nil, err
+	}
+	var srv0, srv1 serverSnap
+	select {
+	case srv0 = <-s.srv0:
+	case <-time.After(c.cfg.ControlTimeout + 500*time.Millisecond):
+		srv0 = serverSnap{err: errors.New("server snapshot at window start timed out")}
+	}
+	if srv0.err == nil {
+		srv1 = c.serverSnapshot()
+	}
+
+	var senderBulk, senderRPC uint64
+	for i := range c.all {
+		d := counters{
+			acked:   info1[i].acked - s.info0[i].acked,
+			retrans: info1[i].retrans - s.info0[i].retrans,
+			ce:      info1[i].ce - s.info0[i].ce,
+		}
+		r.Retransmits += d.retrans
+		r.DeliveredCE += d.ce
+		if i < len(c.bulk) {
+			senderBulk += d.acked
+			r.StreamGoodput = append(r.StreamGoodput, float64(d.acked)*8/r.Duration)
+		} else {
+			senderRPC += d.acked
+		}
+	}
+	r.SenderGoodput = float64(senderBulk) * 8 / r.Duration
+
+	switch {
+	case srv0.err != nil || srv1.err != nil:
+		e := srv0.err
+		if e == nil {
+			e = srv1.err
+		}
+		s.warn = append(s.warn, fmt.Sprintf("server counters unavailable (%v): goodput from sender bytes_acked", e))
+		r.Source = "sender"
+		r.BulkBytes, r.RPCBytes = senderBulk, senderRPC
+		r.Goodput = r.SenderGoodput
+		r.TotalGoodput = float64(senderBulk+senderRPC) * 8 / r.Duration
+	default:
+		r.Source = "server"
+		r.ServerDuration = (srv1.t - srv0.t).Seconds()
+		r.BulkBytes = srv1.bulk - srv0.bulk
+		r.RPCBytes = srv1.rpcReq - srv0.rpcReq
+		if r.ServerDuration > 0 {
+			r.Goodput = float64(r.BulkBytes) * 8 / r.ServerDuration
+			r.TotalGoodput = float64(r.BulkBytes+r.RPCBytes) * 8 / r.ServerDuration
+		}
+	}
+
+	c.mu.Lock()
+	if s.rttN > 0 {
+		r.RTT = s.rttSum / float64(s.rttN)
+		r.RTTMax = float64(s.rttMax)
+		r.Cwnd = s.cwndSum / float64(s.rttN)
+	}
+	c.mu.Unlock()
+	h := s.hist
+	r.RPC = Latency{Count: h.TotalCount()}
+	if r.RPC.Count > 0 {
+		r.RPC.Mean = h.Mean()
+		r.RPC.P50 = float64(h.ValueAtQuantile(50))
+		r.RPC.P90 = float64(h.ValueAtQuantile(90))
+		r.RPC.P99 = float64(h.ValueAtQuantile(99))
+		r.RPC.P999 = float64(h.ValueAtQuantile(99.9))
+		r.RPC.Max = float64(h.Max())
+	}
+	for i := range c.inflight {
+		if t0 := c.inflight[i].Load(); t0 != 0 {
+			r.RPC.InFlightMax = max(r.RPC.InFlightMax, float64(end.UnixNano()-t0)/1e3)
+		}
+	}
+	c.loopMu.Lock()
+	s.warn = append(s.warn, c.loopEr...)
+	c.loopMu.Unlock()
+	r.Warnings = s.warn
+	return r, nil
+}
+
+// Close stops the traffic, ends the session and closes every connection. It
+// returns once the traffic goroutines have ended (bounded: their sockets are
+// closed under them).
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.stop)
+		for _, conn := range c.all {
+			conn.Close()
+		}
+		if c.ctrl != nil {
+			c.ctrlMu.Lock()
+			if c.ctrlBroken == nil {
+				c.ctrl.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+				c.ctrl.Write([]byte{ctrlQuit})
+			}
+			c.ctrl.Close()
+			c.ctrlMu.Unlock()
+		}
+		c.wg.Wait()
+	})
+	return nil
+}
+
+// Run connects, runs Warmup then one window of Duration, and reports it. The
+// run ends at Warmup+Duration (plus at most the connect time and two control
+// timeouts) whatever the server does.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if cfg.Deadline.IsZero() {
+		cfg.Deadline = time.Now().Add(cfg.ConnectTimeout + cfg.Warmup + cfg.Duration + 2*cfg.ControlTimeout + time.Second)
+	}
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if err := sleepCtx(ctx, cfg.Warmup); err != nil {
+		return nil, err
+	}
+	if err := c.Begin(""); err != nil {
+		return nil, err
+	}
+	// Cancellation ends the window early but still reports it.
+	sleepCtx(ctx, cfg.Duration)
+	return c.End()
+}
+
+// RunScript connects and then follows commands read line by line from cmds:
+// "begin NAME" opens a window, "end" closes it and writes its Result as one
+// JSON line to emit, "stop" (or end of input, or cfg.Duration since the
+// start, or ctx) ends the run, closing an open window first. It writes
+// "ready" to emit once connected.
+func RunScript(ctx context.Context, cfg Config, cmds io.Reader, emit func(line string, r *Result) error) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	start := time.Now()
+	if cfg.Deadline.IsZero() {
+		cfg.Deadline = start.Add(cfg.Duration + 2*cfg.ControlTimeout + time.Second)
+	}
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(cmds)
+		for sc.Scan() {
+			select {
+			case lines <- strings.TrimSpace(sc.Text()):
+			case <-c.stop:
+				return
+			}
+		}
+	}()
+	if err := emit("ready", nil); err != nil {
+		return err
+	}
+	timer := time.NewTimer(time.Until(start.Add(cfg.Duration)))
+	defer timer.Stop()
+	open := false
+	finish := func() error {
+		if !open {
+			return nil
+		}
+		open = false
+		r, err := c.End()
+		if err != nil {
+			return err
+		}
+		return emit("", r)
+	}
+	for {
+		var line string
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return errors.Join(finish(), ctx.Err())
+		case <-timer.C:
+			return finish()
+		case line, ok = <-lines:
+			if !ok {
+				return finish()
+			}
+		}
+		cmd, arg, _ := strings.Cut(line, " ")
+		switch cmd {
+		case "":
+		case "begin":
+			if err := finish(); err != nil {
+				return err
+			}
+			if err := c.Begin(strings.TrimSpace(arg)); err != nil {
+				return err
+			}
+			open = true
+		case "end":
+			if err := finish(); err != nil {
+				return err
+			}
+		case "stop":
+			return finish()
+		default:
+			return fmt.Errorf("workload: unknown script command %q (want begin NAME, end, stop)", line)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

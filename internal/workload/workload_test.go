@@ -1,0 +1,284 @@
+package workload
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startServer runs a Server on a loopback port and stops it at cleanup.
+func startServer(t *testing.T, network, addr string, delay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Skipf("no %s loopback: %v", network, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	s := &Server{Delay: delay}
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("server did not stop within 5s")
+		}
+	})
+	return ln.Addr().String()
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int{"10KB": 10240, "128K": 131072, "64": 64, "1MB": 1 << 20, "2 MiB": 2 << 20, "100B": 100} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "KB", "-1", "10XB", "99999999G"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) succeeded", in)
+		}
+	}
+}
+
+// TestRPCLatency checks the latency accounting against a server that sleeps a
+// known time before every reply.
+func TestRPCLatency(t *testing.T) {
+	for _, delay := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond} {
+		addr := startServer(t, "tcp4", "127.0.0.1:0", delay)
+		r, err := Run(context.Background(), Config{
+			Addr: addr, RPCs: 2, RPCSize: 10 << 10, Warmup: 200 * time.Millisecond, Duration: time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("delay %v: count %d p50 %.0fus p99 %.0fus max %.0fus", delay, r.RPC.Count, r.RPC.P50, r.RPC.P99, r.RPC.Max)
+		d := float64(delay.Microseconds())
+		// Two loops for one second at delay+epsilon each.
+		wantN := 2 * float64(time.Second) / float64(delay)
+		if n := float64(r.RPC.Count); n < 0.7*wantN || n > 1.05*wantN {
+			t.Errorf("delay %v: %d RPCs, want about %.0f", delay, r.RPC.Count, wantN)
+		}
+		if r.RPC.P50 < d || r.RPC.P50 > d+3000 {
+			t.Errorf("delay %v: P50 %.0fus, want in [%.0f, %.0f]", delay, r.RPC.P50, d, d+3000)
+		}
+		if r.RPC.Max < r.RPC.P99 || r.RPC.P99 < r.RPC.P50 || r.RPC.P999 < r.RPC.P99 {
+			t.Errorf("percentiles out of order: %+v", r.RPC)
+		}
+		if want := float64(r.RPC.Count) * (10 << 10); float64(r.RPCBytes) < want-2*(10<<10) || float64(r.RPCBytes) > want+3*(10<<10) {
+			t.Errorf("server read %d RPC bytes for %d RPCs of 10 KB", r.RPCBytes, r.RPC.Count)
+		}
+	}
+}
+
+// TestServerByteCount sends known byte counts and reads them back through the
+// control connection.
+func TestServerByteCount(t *testing.T) {
+	addr := startServer(t, "tcp4", "127.0.0.1:0", 0)
+	const sid = 42
+	dial := func(kind byte) net.Conn {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(encodeHello(kind, sid)); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ctrl := dial(kindControl)
+	snap := func() (bulk, req, rep uint64) {
+		if _, err := ctrl.Write([]byte{ctrlSnapshot}); err != nil {
+			t.Fatal(err)
+		}
+		var b [snapLen]byte
+		if _, err := io.ReadFull(ctrl, b[:]); err != nil {
+			t.Fatal(err)
+		}
+		return binary.BigEndian.Uint64(b[8:]), binary.BigEndian.Uint64(b[16:]), binary.BigEndian.Uint64(b[24:])
+	}
+	b1, b2 := dial(kindBulk), dial(kindBulk)
+	b1.Write(make([]byte, 1000000))
+	b2.Write(make([]byte, 234567))
+	rpc := dial(kindRPC)
+	req := make([]byte, 5000)
+	binary.BigEndian.PutUint32(req[0:], 5000)
+	binary.BigEndian.PutUint32(req[4:], 300)
+	for i := 0; i < 3; i++ {
+		rpc.Write(req)
+		if _, err := io.ReadFull(rpc, make([]byte, 300)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The bulk bytes arrive asynchronously: poll, bounded.
+	var bulk, rq, rp uint64
+	for i := 0; i < 200; i++ {
+		if bulk, rq, rp = snap(); bulk == 1234567 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if bulk != 1234567 || rq != 15000 || rp != 900 {
+		t.Fatalf("server counted bulk %d rpc %d/%d, want 1234567 15000/900", bulk, rq, rp)
+	}
+}
+
+// TestGoodputAccounting checks that server-side and sender-side goodput agree
+// and that the result adds up.
+func TestGoodputAccounting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves bulk traffic for 2s")
+	}
+	for _, tc := range []struct{ network, addr string }{{"tcp4", "127.0.0.1:0"}, {"tcp6", "[::1]:0"}} {
+		addr := startServer(t, tc.network, tc.addr, 0)
+		r, err := Run(context.Background(), Config{
+			Addr: addr, Streams: 3, RPCs: 1, Warmup: 300 * time.Millisecond, Duration: time.Second, CC: "cubic",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: goodput %.2f Gbit/s (sender %.2f), total %.2f, rtt %.0fus, retrans %d, rpc %d p99 %.0fus, cc %s",
+			tc.network, r.Goodput/1e9, r.SenderGoodput/1e9, r.TotalGoodput/1e9, r.RTT, r.Retransmits, r.RPC.Count, r.RPC.P99, r.CC)
+		if r.Source != "server" || len(r.Warnings) > 0 {
+			t.Errorf("source %q, warnings %v", r.Source, r.Warnings)
+		}
+		if r.CC != "cubic" {
+			t.Errorf("cc = %q, want cubic", r.CC)
+		}
+		if r.Goodput <= 0 || r.SenderGoodput/r.Goodput < 0.9 || r.SenderGoodput/r.Goodput > 1.1 {
+			t.Errorf("server goodput %.0f and sender goodput %.0f disagree", r.Goodput, r.SenderGoodput)
+		}
+		if r.TotalGoodput < r.Goodput || r.RPC.Count == 0 || r.RPCBytes == 0 {
+			t.Errorf("RPC bytes not counted: %+v", r)
+		}
+		sum := 0.0
+		for _, g := range r.StreamGoodput {
+			sum += g
+		}
+		if len(r.StreamGoodput) != 3 || sum < 0.999*r.SenderGoodput || sum > 1.001*r.SenderGoodput {
+			t.Errorf("per-stream goodput %v does not add up to %.0f", r.StreamGoodput, r.SenderGoodput)
+		}
+		if r.ServerDuration < 0.8 || r.ServerDuration > 1.3 || r.Duration < 0.99 || r.Duration > 1.1 {
+			t.Errorf("window %.3fs (server %.3fs), want about 1s", r.Duration, r.ServerDuration)
+		}
+	}
+}
+
+// TestStalledServer checks that a run ends on time when the server accepts
+// connections but never reads or answers.
+func TestStalledServer(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // accepted, never read
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-acceptDone
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	cfg := Config{
+		Addr: ln.Addr().String(), Streams: 2, RPCs: 1, Warmup: 200 * time.Millisecond, Duration: time.Second,
+		ControlTimeout: 300 * time.Millisecond,
+	}
+	start := time.Now()
+	r, err := Run(context.Background(), cfg)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("took %v; result %+v", took, r)
+	if limit := cfg.Warmup + cfg.Duration + 2*cfg.ControlTimeout + time.Second; took > limit {
+		t.Errorf("run took %v, want at most %v", took, limit)
+	}
+	if r.Source != "sender" || len(r.Warnings) == 0 || !strings.Contains(strings.Join(r.Warnings, ";"), "server counters unavailable") {
+		t.Errorf("source %q warnings %v: want sender-side fallback", r.Source, r.Warnings)
+	}
+	if r.RPC.Count != 0 || r.RPC.InFlightMax < 900_000 {
+		t.Errorf("rpc %+v: want no completed RPC and one stuck for the whole window", r.RPC)
+	}
+}
+
+// TestServerGone checks that connecting to nothing fails quickly.
+func TestServerGone(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	start := time.Now()
+	_, err = Run(context.Background(), Config{Addr: addr, Streams: 1, Duration: time.Second, ConnectTimeout: time.Second})
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("Run against a closed port: err %v after %v", err, time.Since(start))
+	}
+}
+
+// TestScript drives windows through the script commands.
+func TestScript(t *testing.T) {
+	addr := startServer(t, "tcp4", "127.0.0.1:0", time.Millisecond)
+	pr, pw := io.Pipe()
+	var lines []string
+	var results []*Result
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- RunScript(context.Background(), Config{Addr: addr, Streams: 1, RPCs: 1, Duration: 10 * time.Second}, pr,
+			func(line string, r *Result) error {
+				if line == "ready" {
+					close(ready)
+				}
+				lines = append(lines, line)
+				if r != nil {
+					results = append(results, r)
+				}
+				return nil
+			})
+	}()
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no ready")
+	}
+	io.WriteString(pw, "begin one\n")
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(pw, "end\nbegin two\n")
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(pw, "stop\n")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("script did not stop")
+	}
+	pw.Close()
+	if len(results) != 2 || results[0].Name != "one" || results[1].Name != "two" {
+		t.Fatalf("results %+v", results)
+	}
+	for _, r := range results {
+		if r.Duration < 0.25 || r.Duration > 0.6 || r.RPC.Count < 50 || r.Goodput <= 0 {
+			t.Errorf("window %q: %.3fs, %d RPCs, %.0f bit/s", r.Name, r.Duration, r.RPC.Count, r.Goodput)
+		}
+	}
+}

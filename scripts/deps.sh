@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the build and test toolchain on a fresh Debian machine. Idempotent and quiet when all is present.
+set -euo pipefail
+need=()
+command -v clang   >/dev/null || need+=(clang llvm)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+[ -f /usr/include/linux/bpf.h ] || need+=(linux-libc-dev)
+command -v bpftool >/dev/null || need+=(bpftool)
+command -v ip      >/dev/null || need+=(iproute2)
+command -v tc      >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "deps: missing ${need[*]}; run as root or install them" >&2
+		exit 1
+	fi
+	echo "deps: installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v go >/dev/null || { echo "deps: Go toolchain not found (need go >= 1.24)" >&2; exit 1; }
