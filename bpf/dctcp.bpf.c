@@ -67,7 +67,7 @@ static __always_inline struct hbm_dctcp *dctcp_ca(const struct sock *sk)
 	return (struct hbm_dctcp *)inet_csk(sk)->icsk_ca_priv;
 }
 
-struct dbg_snap { __u32 id, cwnd, ssth, pcwnd, pssth, undo, loss, state, reported, pad; __u64 t; };
+struct dbg_snap { __u32 id, cwnd, ssth, pcwnd, pssth, undo, loss, state, reported, ret; __u64 t; __u64 ops; };
 
 static __always_inline int garbage(__u32 c, __u32 s, __u32 p, __u32 l)
 {
@@ -88,11 +88,17 @@ static __always_inline void DBG(struct sock *sk, __u32 id)
 		bpf_printk("HBMGARB  prev id %u dt %llu", d->id, bpf_ktime_get_ns() - d->t);
 		bpf_printk("HBMGARB  prev cwnd %u ssth %u pcwnd %u", d->cwnd, d->ssth, d->pcwnd);
 		bpf_printk("HBMGARB  prev pssth %u undo %u loss %u", d->pssth, d->undo, d->loss);
-		bpf_printk("HBMGARB  prev state %u", d->state);
+		bpf_printk("HBMGARB  prev state %u ret %u ops %lx", d->state, d->ret, d->ops);
+		bpf_printk("HBMGARB  now ops %lx state %u", (unsigned long)inet_csk(sk)->icsk_ca_ops, BPF_CORE_READ_BITFIELD(inet_csk(sk), icsk_ca_state));
 	}
 	d->id = id; d->cwnd = c; d->ssth = s; d->pcwnd = p; d->pssth = tp->prior_ssthresh; d->undo = tp->undo_marker; d->loss = l;
 	d->state = BPF_CORE_READ_BITFIELD(inet_csk(sk), icsk_ca_state);
 	d->t = bpf_ktime_get_ns();
+	d->ops = (unsigned long)inet_csk(sk)->icsk_ca_ops;
+}
+static __always_inline void DBGRET(struct sock *sk, __u32 ret)
+{
+	((struct dbg_snap *)((char *)inet_csk(sk)->icsk_ca_priv + 40))->ret = ret;
 }
 
 static __always_inline __u32 max_u32(__u32 a, __u32 b)
@@ -162,7 +168,9 @@ __u32 BPF_PROG(dctcp_ssthresh, struct sock *sk)
 	DBG(sk, 1);
 	ca->loss_cwnd = cwnd;
 	/* cwnd * (1 - alpha/2), alpha scaled by 1024: cwnd - cwnd*alpha/2048. */
-	return max_u32(cwnd - ((cwnd * ca->alpha) >> 11), 2);
+	__u32 r = max_u32(cwnd - ((cwnd * ca->alpha) >> 11), 2);
+	DBGRET(sk, r);
+	return r;
 }
 
 /* Every ACK: close the window once snd_una passed its end, update alpha. */
@@ -220,6 +228,7 @@ void BPF_PROG(dctcp_state, struct sock *sk, __u8 new_state)
 	 */
 	if (new_state == TCP_CA_Recovery && new_state != old)
 		react_to_loss(sk);
+	DBG(sk, 60 + new_state);
 }
 
 static __always_inline void set_demand_cwr(struct tcp_sock *tp, __u32 ce_state)

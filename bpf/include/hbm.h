@@ -25,6 +25,7 @@
 #define HBM_F_LOOPBACK (1U << 0) /* police loopback traffic too */
 #define HBM_F_NO_DROP  (1U << 1) /* mark only, never drop (incast protection) */
 #define HBM_F_PACE     (1U << 2) /* pacing assist: TCP paces itself to its share */
+#define HBM_F_RELEASE  (1U << 3) /* being removed: pass all, lift pacing caps */
 
 /* Return codes of cgroup skb programs. Egress programs loaded with the
  * egress expected attach type may set bit 1: the kernel then returns

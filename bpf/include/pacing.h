@@ -33,7 +33,7 @@
 
 #define PACE_INTERVAL_NS 1000000ULL /* control interval */
 #define PACE_DRAIN_NS    4000000ULL /* drain the backlog above target in this */
-#define PACE_FLOOR_SHIFT 6          /* the share never drops below rate / 64 */
+#define PACE_FLOOR_SHIFT 3          /* the share never drops below rate / 8 */
 #define PACE_Q           16         /* fixed-point shift of the correction ratio */
 #define PACE_RATIO_MAX   (16ULL << PACE_Q) /* at most 16x up or down per interval */
 #define PACE_UNLIMITED   0xffffffffU /* SO_MAX_PACING_RATE: no limit */
@@ -136,8 +136,17 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops, __u64 cgroup_id,
 	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
 	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 	sk = skops->sk;
-	if (!cfg || !q || !sk || !(cfg->flags & HBM_F_PACE))
+	if (!cfg || !q || !sk)
 		return 1;
+	if (!(cfg->flags & HBM_F_PACE) || (cfg->flags & HBM_F_RELEASE)) {
+		/* Paced before (pacing turned off, or the limit is going): lift it. */
+		f = bpf_sk_storage_get(&hbm_flow_map, sk, 0, 0);
+		if (f && f->level_Bps[level & (HBM_PACE_LEVELS - 1)]) {
+			f->level_Bps[level & (HBM_PACE_LEVELS - 1)] = 0;
+			flow_apply(skops, f);
+		}
+		return 1;
+	}
 	f = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!f)
 		return 1;

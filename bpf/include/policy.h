@@ -64,7 +64,7 @@ static __always_inline int hbm_police(struct __sk_buff *skb, __u64 cgroup_id, __
 	int drop = 0, may_drop;
 
 	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
-	if (!cfg || (!cfg->ns_per_byte && !cfg->ns_per_byte_frac))
+	if (!cfg || (!cfg->ns_per_byte && !cfg->ns_per_byte_frac) || (cfg->flags & HBM_F_RELEASE))
 		return HBM_RET_PASS;
 	if (!(cfg->flags & HBM_F_LOOPBACK) && skb->ifindex == LOOPBACK_IFINDEX)
 		return HBM_RET_PASS;

@@ -281,6 +281,7 @@ const (
 	flagLoopback = 1 << 0 // HBM_F_LOOPBACK
 	flagNoDrop   = 1 << 1 // HBM_F_NO_DROP
 	flagPace     = 1 << 2 // HBM_F_PACE
+	flagRelease  = 1 << 3 // HBM_F_RELEASE
 )
 
 func limitOf(c egressHbmConfig) Limit {
@@ -415,11 +416,29 @@ func (m *Manager) Unset(g cgroup.Group, d Direction) error {
 	if err := m.limits.Lookup(&k, &c); err != nil && statErr != nil {
 		return fmt.Errorf("%s %v: %w", g, d, ErrNotFound)
 	}
+	m.release(k, c)
 	if err := m.remove(g.ID, d); err != nil {
 		return err
 	}
 	m.gc()
 	return nil
+}
+
+// ReleaseGrace is how long Unset lets a released limit's sockets see an ACK,
+// so that the pacing assist lifts their caps, before it detaches.
+var ReleaseGrace = 200 * time.Millisecond
+
+// release turns a limit into a pass-through that lifts the pacing caps it set
+// on its sockets, and waits ReleaseGrace for active sockets to be ACKed. A
+// socket that sees no ACK in that time keeps its last cap until it closes.
+func (m *Manager) release(k egressHbmKey, c egressHbmConfig) {
+	if c.Flags&flagPace == 0 {
+		return
+	}
+	c.Flags |= flagRelease
+	if err := m.limits.Update(&k, &c, ebpf.UpdateExist); err == nil {
+		time.Sleep(ReleaseGrace)
+	}
 }
 
 // remove detaches and unpins the link of (id, d), then deletes its map

@@ -122,7 +122,7 @@ func mulHi(a, b uint64) (uint64, uint64) {
 func TestThresholds(t *testing.T) {
 	// At 1 Gbit/s the time defaults stand.
 	th := Default(1_000_000_000)
-	if th.Mark != DefaultMark || th.DropLarge != DefaultDropLarge || th.DropSmall != DefaultDropSmall || th.Burst != DefaultBurst {
+	if th.Mark != DefaultMark || th.Pace != DefaultPace || th.DropLarge != DefaultDropLarge || th.DropSmall != DefaultDropSmall || th.Burst != DefaultBurst {
 		t.Fatalf("1gbit thresholds %+v, want the time defaults", th)
 	}
 	if err := th.Validate(); err != nil {

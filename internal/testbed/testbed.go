@@ -253,7 +253,7 @@ func acquire(name string, wait time.Duration) (*os.File, error) {
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) || i > 100000 {
 			f.Close()
-			return nil, fmt.Errorf("testbed: %q is in use by another live process (lock %s): %w", name, f.Name(), err)
+			return nil, fmt.Errorf("testbed: %q is held by a live testbed (lock %s): %w", name, f.Name(), err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -283,8 +283,9 @@ func cleanup(name string) error {
 	var errs []error
 	for _, e := range entries {
 		ns := e.Name()
-		if !strings.HasPrefix(ns, Prefix(name)) {
-			continue
+		suffix, ok := strings.CutPrefix(ns, Prefix(name))
+		if !ok || suffix == "" || strings.Contains(suffix, "-") {
+			continue // not ours: "hbm-a-b-snd" belongs to testbed "a-b", not "a"
 		}
 		killNetnsPids(ns)
 		if err := run("ip", "netns", "del", ns); err != nil {
@@ -325,9 +326,17 @@ func netnsPids(ns string) []int {
 	return pids
 }
 
-// Sysctl sets key=value (e.g. "net.ipv4.tcp_ecn", "1") inside namespace ns.
+// Sysctl sets key=value (e.g. "net.ipv4.tcp_ecn", "1") inside namespace ns,
+// with sysctl(8), or by writing /proc/sys where procps is not installed.
 func (tb *Testbed) Sysctl(ns, key, value string) error {
-	return run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", key+"="+value)
+	if _, err := exec.LookPath("sysctl"); err == nil {
+		return run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", key+"="+value)
+	}
+	return run("ip", "netns", "exec", ns, "sh", "-c", `printf '%s\n' "$1" > "$2"`, "sh", value, procSysPath(key))
+}
+
+func procSysPath(key string) string {
+	return "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
 }
 
 // SysctlBoth sets key=value in the sender and the receiver namespace.
@@ -342,7 +351,7 @@ func (tb *Testbed) SysctlBoth(key, value string) error {
 
 // ReadSysctl reads key inside namespace ns.
 func (tb *Testbed) ReadSysctl(ns, key string) (string, error) {
-	out, err := output("ip", "netns", "exec", ns, "sysctl", "-n", key)
+	out, err := output("ip", "netns", "exec", ns, "cat", procSysPath(key))
 	return strings.TrimSpace(out), err
 }
 

@@ -43,7 +43,6 @@ func TestTestbed(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireCommand(t, "ip")
 	testutil.RequireCommand(t, "tc")
-	testutil.RequireCommand(t, "sysctl")
 
 	// A leftover of a "crashed" run is removed by New.
 	if out, err := output("ip", "netns", "add", Prefix("tbtest")+"stale"); err != nil {
@@ -169,4 +168,38 @@ func firstLines(s string, n int) string {
 		lines = lines[:n]
 	}
 	return fmt.Sprint(strings.Join(lines, " | "))
+}
+
+// TestTestbedLock: a live testbed is never torn down by another New or
+// Cleanup of the same name.
+func TestTestbedLock(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "ip")
+	a, err := New("tblock", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	start := time.Now()
+	if b, err := New("tblock", Options{LockWait: 300 * time.Millisecond}); err == nil {
+		b.Close()
+		t.Fatal("second New of a live testbed succeeded")
+	} else {
+		t.Logf("second New: %v (after %v)", err, time.Since(start))
+	}
+	if err := Cleanup("tblock"); err == nil {
+		t.Fatal("Cleanup of a live testbed succeeded")
+	}
+	if !nsExists(a.SenderNS) {
+		t.Fatal("live testbed torn down")
+	}
+	a.Close()
+	if err := Cleanup("tblock"); err != nil {
+		t.Fatalf("Cleanup after Close: %v", err)
+	}
+	b, err := New("tblock", Options{LockWait: time.Second})
+	if err != nil {
+		t.Fatalf("New after Close: %v", err)
+	}
+	b.Close()
 }

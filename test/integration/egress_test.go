@@ -41,11 +41,13 @@ type egLab struct {
 func egSetup(t *testing.T, name string) *egLab {
 	t.Helper()
 	testutil.RequireRoot(t)
-	for _, c := range []string{"ip", "tc", "sysctl"} {
+	for _, c := range []string{"ip", "tc"} {
 		testutil.RequireCommand(t, c)
 	}
 	bin := testutil.HBMBinary(t)
-	if out, err := exec.Command(bin, "workload", "run", "--help").CombinedOutput(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "workload", "run", "--help").CombinedOutput(); err != nil {
 		t.Fatalf("%s has no workload command: %v: %s", bin, err, out)
 	}
 	if _, err := cgroup.Mount(); err != nil {

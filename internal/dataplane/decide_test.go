@@ -1,0 +1,411 @@
+package dataplane
+
+// Decision tests: the egress program run through BPF_PROG_TEST_RUN on
+// synthesized packets, with the virtual queue placed at known backlogs.
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/rate"
+	"github.com/hbm-dev/hbm/internal/testutil"
+)
+
+const testCgroupID = 4242
+
+// harness is one loaded egress program with private (unpinned) maps.
+type harness struct {
+	t      *testing.T
+	objs   egressObjects
+	key    egressHbmKey
+	cfg    egressHbmConfig
+	ifidx  uint32
+	limits *ebpf.Map
+	queues *ebpf.Map
+	stats  *ebpf.Map
+}
+
+func newHarness(t *testing.T, l Limit) *harness {
+	testutil.RequireRoot(t)
+	spec, err := loadEgress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Variables["hbm_cgroup_id"].Set(uint64(testCgroupID)); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, key: key(testCgroupID, Egress)}
+	if err := spec.LoadAndAssign(&h.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("verifier: %+v", ve)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.objs.Close() })
+	h.limits, h.queues, h.stats = h.objs.HbmLimitMap, h.objs.HbmQueueMap, h.objs.HbmStatsMap
+	h.cfg, err = config(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, h.limits.Put(&h.key, &h.cfg))
+	must(t, h.queues.Put(&h.key, &egressHbmQueue{}))
+	must(t, h.stats.Put(&h.key, make([]egressHbmStats, ebpf.MustPossibleCPU())))
+	// A real non-loopback device: the test run's skb->dev, so that the
+	// loopback exemption does not apply.
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback == 0 && i.Index > 1 {
+			h.ifidx = uint32(i.Index)
+			break
+		}
+	}
+	if h.ifidx == 0 {
+		testutil.Missing(t, "a non-loopback network device for the test run", errors.New("none found"))
+	}
+	return h
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func monoNow() uint64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// setBacklog places the virtual queue so that it stands d ahead of now.
+func (h *harness) setBacklog(d time.Duration) {
+	q := egressHbmQueue{VtimeNs: uint64(int64(monoNow()) + int64(d))}
+	must(h.t, h.queues.Put(&h.key, &q))
+}
+
+func (h *harness) vtime() uint64 {
+	var q egressHbmQueue
+	must(h.t, h.queues.Lookup(&h.key, &q))
+	return q.VtimeNs
+}
+
+func (h *harness) counters() Stats {
+	m := &Manager{stats: h.stats}
+	s, err := m.readStats(h.key)
+	must(h.t, err)
+	return s
+}
+
+// skbCtx is struct __sk_buff as the test run takes it: only ifindex and the
+// GSO fields are set (offsets from the uapi layout).
+func skbCtx(ifindex, gsoSegs, gsoSize uint32) []byte {
+	b := make([]byte, 192)
+	binary.NativeEndian.PutUint32(b[40:], ifindex)
+	binary.NativeEndian.PutUint32(b[164:], gsoSegs)
+	binary.NativeEndian.PutUint32(b[176:], gsoSize)
+	return b
+}
+
+// run runs the program once on pkt (an IP packet) and returns its verdict
+// and the packet as it left.
+func (h *harness) run(pkt []byte, gsoSegs, gsoSize uint32) (uint32, []byte) {
+	h.t.Helper()
+	return h.runOn(h.ifidx, pkt, gsoSegs, gsoSize)
+}
+
+func (h *harness) runOn(ifindex uint32, pkt []byte, gsoSegs, gsoSize uint32) (uint32, []byte) {
+	h.t.Helper()
+	eth := make([]byte, 14, 14+len(pkt))
+	if pkt[0]>>4 == 6 {
+		binary.BigEndian.PutUint16(eth[12:], unix.ETH_P_IPV6)
+	} else {
+		binary.BigEndian.PutUint16(eth[12:], unix.ETH_P_IP)
+	}
+	in := append(eth, pkt...)
+	out := make([]byte, len(in)+256)
+	ret, err := h.objs.HbmEgress.Run(&ebpf.RunOptions{Data: in, DataOut: out, Context: skbCtx(ifindex, gsoSegs, gsoSize)})
+	if err != nil {
+		h.t.Fatalf("test run: %v", err)
+	}
+	return ret, out[14 : 14+len(pkt)]
+}
+
+// Packet builders. ecn is the IP ECN codepoint; payload is TCP/UDP payload.
+const (
+	ecnNotECT = 0
+	ecnECT0   = 2
+	ecnECT1   = 1
+	ecnCE     = 3
+	tcpHdr    = 32 // with timestamps
+	udpHdr    = 8
+)
+
+func ipv4(proto byte, ecn byte, l4 []byte) []byte {
+	p := make([]byte, 20+len(l4))
+	p[0] = 0x45
+	p[1] = ecn
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	p[8] = 64
+	p[9] = proto
+	copy(p[12:], []byte{198, 18, 0, 1, 198, 18, 0, 2})
+	binary.BigEndian.PutUint16(p[10:], ipChecksum(p[:20]))
+	copy(p[20:], l4)
+	return p
+}
+
+func ipv6(proto byte, ecn byte, l4 []byte) []byte {
+	p := make([]byte, 40+len(l4))
+	binary.BigEndian.PutUint32(p[0:], 6<<28|uint32(ecn)<<20)
+	binary.BigEndian.PutUint16(p[4:], uint16(len(l4)))
+	p[6] = proto
+	p[7] = 64
+	p[8], p[24] = 0xfd, 0xfd
+	p[23], p[39] = 1, 2
+	copy(p[40:], l4)
+	return p
+}
+
+func tcpSeg(payload int) []byte {
+	b := make([]byte, tcpHdr+payload)
+	binary.BigEndian.PutUint16(b[0:], 40000)
+	binary.BigEndian.PutUint16(b[2:], 5001)
+	b[12] = (tcpHdr / 4) << 4
+	b[13] = 0x10 // ACK
+	return b
+}
+
+func udpDgram(payload int) []byte {
+	b := make([]byte, udpHdr+payload)
+	binary.BigEndian.PutUint16(b[4:], uint16(len(b)))
+	return b
+}
+
+func ipChecksum(h []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+func ecnOf(p []byte) byte {
+	if p[0]>>4 == 6 {
+		return byte(binary.BigEndian.Uint32(p)>>20) & 3
+	}
+	return p[1] & 3
+}
+
+const (
+	retDrop   = 0
+	retPass   = 1
+	retDropCN = 2
+	retPassCN = 3
+)
+
+var limit1G = Limit{Rate: 1_000_000_000, Thresholds: rate.Default(1_000_000_000), NoPace: true}
+
+func TestDecisions(t *testing.T) {
+	h := newHarness(t, limit1G)
+	th := limit1G.Thresholds
+	between := func(a, b time.Duration) time.Duration { return (a + b) / 2 }
+	markRegion := between(th.Mark, th.DropLarge)
+	largeDrop := between(th.DropLarge, th.DropSmall)
+	allDrop := th.DropSmall + time.Millisecond
+
+	cases := []struct {
+		name    string
+		backlog time.Duration // queue standing before the packet
+		pkt     []byte
+		want    uint32
+		wantECN byte
+		counter func(Stats) uint64
+	}{
+		{"v4 tcp idle queue passes", -time.Minute, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(1448)), retPass, ecnNotECT, func(s Stats) uint64 { return s.Packets }},
+		{"v4 ect tcp in mark region gets CE", markRegion, ipv4(unix.IPPROTO_TCP, ecnECT0, tcpSeg(1448)), retPass, ecnCE, func(s Stats) uint64 { return s.Marked }},
+		{"v6 ect1 tcp in mark region gets CE", markRegion, ipv6(unix.IPPROTO_TCP, ecnECT1, tcpSeg(1448)), retPass, ecnCE, func(s Stats) uint64 { return s.Marked }},
+		{"v4 ect udp in mark region gets CE", markRegion, ipv4(unix.IPPROTO_UDP, ecnECT0, udpDgram(1000)), retPass, ecnCE, func(s Stats) uint64 { return s.Marked }},
+		{"v4 non-ect small tcp past drop-large: cwr", largeDrop, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(0)), retPassCN, ecnNotECT, func(s Stats) uint64 { return s.CWR }},
+		{"v6 non-ect small tcp past drop-large: cwr", largeDrop, ipv6(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(0)), retPassCN, ecnNotECT, func(s Stats) uint64 { return s.CWR }},
+		{"v4 large tcp past drop-large: drop+cn", largeDrop, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(1448)), retDropCN, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
+		{"v4 large ect tcp past drop-large: drop+cn", largeDrop, ipv4(unix.IPPROTO_TCP, ecnECT0, tcpSeg(1448)), retDropCN, ecnECT0, func(s Stats) uint64 { return s.Dropped }},
+		{"v6 large tcp past drop-large: drop+cn", largeDrop, ipv6(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(1448)), retDropCN, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
+		{"v4 small tcp past drop-small: drop+cn", allDrop, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(0)), retDropCN, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
+		{"v4 udp in mark region passes unmarked", markRegion, ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(1000)), retPass, ecnNotECT, func(s Stats) uint64 { return s.Packets }},
+		{"v4 large udp past drop-large: drop, no cn", largeDrop, ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(1000)), retDrop, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
+		{"v6 small udp past drop-small: drop", allDrop, ipv6(unix.IPPROTO_UDP, ecnNotECT, udpDgram(10)), retDrop, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
+		{"v4 already-CE passes, not counted as ours", markRegion, ipv4(unix.IPPROTO_TCP, ecnCE, tcpSeg(1448)), retPass, ecnCE, func(s Stats) uint64 { return s.Packets }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := h.counters()
+			h.setBacklog(c.backlog)
+			v0 := h.vtime()
+			ret, out := h.run(c.pkt, 0, 0)
+			after := h.counters()
+			if ret != c.want {
+				t.Errorf("verdict %d, want %d", ret, c.want)
+			}
+			if got := ecnOf(out); got != c.wantECN {
+				t.Errorf("ECN after %d, want %d", got, c.wantECN)
+			}
+			if d := c.counter(after) - c.counter(before); d != 1 {
+				t.Errorf("counter moved by %d, want 1 (before %+v after %+v)", d, before, after)
+			}
+			charged := h.vtime() != v0
+			if dropped := c.want == retDrop || c.want == retDropCN; charged == dropped && c.backlog > 0 {
+				t.Errorf("queue charged=%v for a packet dropped=%v", charged, dropped)
+			}
+		})
+	}
+}
+
+// The cwr probability rises linearly across the mark region.
+func TestCWRRamp(t *testing.T) {
+	h := newHarness(t, limit1G)
+	th := limit1G.Thresholds
+	frac := func(at float64) float64 {
+		n := 0
+		const runs = 400
+		for i := 0; i < runs; i++ {
+			h.setBacklog(th.Mark + time.Duration(at*float64(th.DropLarge-th.Mark)))
+			if ret, _ := h.run(ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(0)), 0, 0); ret == retPassCN {
+				n++
+			}
+		}
+		return float64(n) / runs
+	}
+	lo, mid, hi := frac(0.1), frac(0.5), frac(0.95)
+	t.Logf("cwr probability at 10%%, 50%%, 95%% of the mark region: %.2f %.2f %.2f", lo, mid, hi)
+	if !(lo < 0.3 && mid > 0.3 && mid < 0.7 && hi > 0.8) {
+		t.Fatalf("cwr ramp not linear: %.2f %.2f %.2f", lo, mid, hi)
+	}
+	h.setBacklog(th.Mark / 2)
+	if ret, _ := h.run(ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(1448)), 0, 0); ret != retPass {
+		t.Fatalf("below mark: verdict %d, want pass", ret)
+	}
+}
+
+// A GSO packet costs its payload plus every segment's headers, and counts as
+// its segments.
+func TestGSOCost(t *testing.T) {
+	h := newHarness(t, limit1G)
+	// A test run's packet must fit in a page: 4 segments of 700 bytes.
+	const segs, mss = 4, 700
+	pkt := ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(segs*mss))
+	wire := uint64(segs * (20 + tcpHdr + mss))
+	h.setBacklog(0) // nothing clamps: vtime moves by exactly the cost
+	before := h.counters()
+	v0 := h.vtime()
+	ret, _ := h.run(pkt, segs, mss)
+	if ret != retPass {
+		t.Fatalf("verdict %d", ret)
+	}
+	after := h.counters()
+	if d := after.Bytes - before.Bytes; d != wire {
+		t.Errorf("charged %d wire bytes, want %d", d, wire)
+	}
+	if d := after.Packets - before.Packets; d != segs {
+		t.Errorf("counted %d packets, want %d", d, segs)
+	}
+	cost := limit1G.Rate.CostExact(wire)
+	if adv := float64(h.vtime() - v0); adv < cost-1 || adv > cost+1 {
+		t.Errorf("vtime advanced %.0f ns, want the cost of %d bytes, %.0f", adv, wire, cost)
+	}
+}
+
+// Charging is exact: back-to-back packets advance vtime by their cost.
+func TestChargeExact(t *testing.T) {
+	for _, r := range []rate.Rate{rate.Min, 200_000_000, rate.Max} {
+		l := Limit{Rate: r, Thresholds: rate.Default(r), NoPace: true}
+		h := newHarness(t, l)
+		h.setBacklog(0)
+		v0 := h.vtime()
+		const n = 50
+		pkt := ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(72)) // 100 bytes
+		for i := 0; i < n; i++ {
+			h.run(pkt, 0, 0)
+		}
+		got := float64(h.vtime() - v0)
+		want := r.CostExact(n * 100)
+		// The queue stood at 0, so nothing was clamped unless the clock ran
+		// past it: at 400 Gbit/s 5000 bytes are 100 ns.
+		if r == rate.Max {
+			if got > want+1 {
+				t.Errorf("%v: advanced %.0f ns, more than the cost %.0f", r, got, want)
+			}
+			continue
+		}
+		if got < want-1 || got > want+1 {
+			t.Errorf("%v: advanced %.0f ns, want %.0f", r, got, want)
+		}
+	}
+}
+
+func TestNoDropAndLoopback(t *testing.T) {
+	l := limit1G
+	l.NoDrop = true
+	h := newHarness(t, l)
+	h.setBacklog(l.Thresholds.DropSmall * 2)
+	if ret, out := h.run(ipv4(unix.IPPROTO_TCP, ecnECT0, tcpSeg(1448)), 0, 0); ret != retPass || ecnOf(out) != ecnCE {
+		t.Fatalf("no-drop: verdict %d ecn %d, want pass with CE", ret, ecnOf(out))
+	}
+	if ret, _ := h.run(ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(1000)), 0, 0); ret != retPass {
+		t.Fatalf("no-drop udp: verdict %d, want pass", ret)
+	}
+
+	// Loopback is exempt unless asked.
+	h2 := newHarness(t, limit1G)
+	h2.setBacklog(limit1G.Thresholds.DropSmall * 2)
+	before := h2.counters()
+	if ret, _ := h2.runOn(1, ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(1000)), 0, 0); ret != retPass {
+		t.Fatalf("loopback: verdict %d, want pass", ret)
+	}
+	if h2.counters() != before {
+		t.Fatal("loopback packet was counted")
+	}
+	l3 := limit1G
+	l3.Loopback = true
+	h3 := newHarness(t, l3)
+	h3.setBacklog(limit1G.Thresholds.DropSmall * 2)
+	if ret, _ := h3.runOn(1, ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(1000)), 0, 0); ret != retDrop {
+		t.Fatalf("--loopback: verdict %d, want drop", ret)
+	}
+}
+
+// Hours of idleness leave at most burst of credit; a queue far ahead is
+// bounded by max backlog.
+func TestBounds(t *testing.T) {
+	h := newHarness(t, limit1G)
+	th := limit1G.Thresholds
+	must(t, h.queues.Put(&h.key, &egressHbmQueue{VtimeNs: 1})) // idle since boot
+	h.run(ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(72)), 0, 0)
+	// Slack for the clock moving between the run and this read.
+	if back := int64(h.vtime()) - int64(monoNow()); back < -int64(th.Burst+time.Millisecond) || back > 0 {
+		t.Fatalf("after long idle the queue stands at %v, want within [-burst, 0]", time.Duration(back))
+	}
+	h.setBacklog(10 * time.Hour)
+	h.run(ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(0)), 0, 0)
+	if back := time.Duration(int64(h.vtime()) - int64(monoNow())); back > th.MaxBacklog {
+		t.Fatalf("queue stands at %v, above the max backlog %v", back, th.MaxBacklog)
+	}
+}
+
+// Disabled or unconfigured: a program whose group has no config passes all.
+func TestUnconfiguredPasses(t *testing.T) {
+	h := newHarness(t, limit1G)
+	must(t, h.limits.Delete(&h.key))
+	if ret, _ := h.run(ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(1000)), 0, 0); ret != retPass {
+		t.Fatalf("verdict %d, want pass", ret)
+	}
+}
