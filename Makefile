@@ -5,6 +5,7 @@ BPF_SRC   := $(wildcard bpf/*.bpf.c bpf/include/*.h)
 GO_SRC    := $(shell find cmd internal -name '*.go' -not -name '*_test.go')
 ARCH_INC  := /usr/include/$(shell uname -m)-linux-gnu
 export BPF_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/include -I$(ARCH_INC)
+export BPF_CORE_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/vmlinux -I$(CURDIR)/bpf/include
 
 .PHONY: all build generate deps test test-unit test-priv demo bench clean
 
@@ -14,9 +15,18 @@ all: build
 deps:
 	@./scripts/deps.sh
 
+VMLINUX   := bpf/vmlinux/vmlinux.h
+
 ## generate: compile the BPF C and regenerate the Go bindings (bpf2go).
-generate: deps
+generate: deps $(VMLINUX)
 	$(GO) generate ./internal/...
+
+# Kernel types for the BPF programs that need them (CO-RE relocates them on
+# other kernels), dumped from this kernel's BTF.
+$(VMLINUX):
+	mkdir -p $(dir $@)
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp
+	mv $@.tmp $@
 
 ## build: one static binary with the BPF objects embedded.
 build: generate

@@ -15,8 +15,10 @@
 #ifndef HBM_H
 #define HBM_H
 
+#ifndef __VMLINUX_H__ /* programs built on vmlinux.h have these types */
 #include <linux/types.h>
 #include <linux/bpf.h>
+#endif
 
 #define HBM_DIR_EGRESS  0
 #define HBM_DIR_INGRESS 1

@@ -93,6 +93,7 @@ full-size packets at low rates.`,
 			if err := m.Set(g, dataplane.Egress, lim); err != nil {
 				return err
 			}
+			warn(m)
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: egress limited to %v\n", g.Rel, egress)
 			return nil
 		},
@@ -112,6 +113,13 @@ full-size packets at low rates.`,
 	f.Uint32Var(&minInfl, "min-inflight", 0, "never drop TCP flows with fewer packets out (experiments)")
 	f.MarkHidden("min-inflight")
 	return cmd
+}
+
+// warn prints what the manager could not do without failing.
+func warn(m *dataplane.Manager) {
+	for _, w := range m.Warnings {
+		fmt.Fprintf(os.Stderr, "hbm: warning: %s\n", w)
+	}
 }
 
 func newUnsetCmd() *cobra.Command {
@@ -139,6 +147,7 @@ func newUnsetCmd() *cobra.Command {
 			if err := m.Unset(g, dataplane.Egress); err != nil {
 				return err
 			}
+			warn(m)
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: egress limit removed\n", g.Rel)
 			return nil
 		},

@@ -89,17 +89,22 @@ type Entry struct {
 
 // Manager is a handle on HBM's pinned state, holding its lock.
 type Manager struct {
+	// Warnings collects what went wrong without failing the operation.
+	Warnings []string
+
 	dir    string
 	lock   *os.File
 	limits *ebpf.Map
 	queues *ebpf.Map
 	stats  *ebpf.Map
+	flows  *ebpf.Map // pacing assist's per-socket state (sk_storage)
 }
 
 const (
 	mapLimits = "hbm_limit_map"
 	mapQueues = "hbm_queue_map"
 	mapStats  = "hbm_stats_map"
+	mapFlows  = "hbm_flow_map"
 	linksDir  = "links"
 )
 
@@ -155,7 +160,7 @@ func open(dir string, how int, create bool) (*Manager, error) {
 		m.Close()
 		return nil, fmt.Errorf("load embedded BPF object: %w", err)
 	}
-	for name, dst := range map[string]**ebpf.Map{mapLimits: &m.limits, mapQueues: &m.queues, mapStats: &m.stats} {
+	for name, dst := range map[string]**ebpf.Map{mapLimits: &m.limits, mapQueues: &m.queues, mapStats: &m.stats, mapFlows: &m.flows} {
 		ms := spec.Maps[name].Copy()
 		var mp *ebpf.Map
 		if create {
@@ -219,7 +224,7 @@ func ensureBPFFS(dir string) error {
 
 // Close releases the maps and the lock. Pinned state stays.
 func (m *Manager) Close() error {
-	for _, mp := range []*ebpf.Map{m.limits, m.queues, m.stats} {
+	for _, mp := range []*ebpf.Map{m.limits, m.queues, m.stats, m.flows} {
 		if mp != nil {
 			mp.Close()
 		}
@@ -344,6 +349,14 @@ func (m *Manager) Set(g cgroup.Group, d Direction, l Limit) error {
 		m.remove(g.ID, d)
 		return err
 	}
+	if l.NoPace {
+		return nil
+	}
+	// Connections opened before the limit get the pacing assist too. Without
+	// it they are still limited, by marks and drops only: not fatal.
+	if _, _, err := m.walkSockets(g, false); err != nil {
+		m.Warnings = append(m.Warnings, fmt.Sprintf("existing connections of %s not paced: %v", g, err))
+	}
 	return nil
 }
 
@@ -357,12 +370,12 @@ func (m *Manager) attach(g cgroup.Group, d Direction, lp string) error {
 	if err := spec.Variables["hbm_cgroup_id"].Set(g.ID); err != nil {
 		return fmt.Errorf("set program constant: %w", err)
 	}
-	if err := spec.Variables["hbm_cgroup_level"].Set(uint32(strings.Count(strings.TrimSuffix(g.Rel, "/"), "/"))); err != nil {
+	if err := spec.Variables["hbm_cgroup_level"].Set(level(g)); err != nil {
 		return fmt.Errorf("set program constant: %w", err)
 	}
 	var objs egressObjects
 	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{mapLimits: m.limits, mapQueues: m.queues, mapStats: m.stats},
+		MapReplacements: map[string]*ebpf.Map{mapLimits: m.limits, mapQueues: m.queues, mapStats: m.stats, mapFlows: m.flows},
 	})
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -416,7 +429,7 @@ func (m *Manager) Unset(g cgroup.Group, d Direction) error {
 	if err := m.limits.Lookup(&k, &c); err != nil && statErr != nil {
 		return fmt.Errorf("%s %v: %w", g, d, ErrNotFound)
 	}
-	m.release(k, c)
+	m.release(g, k, c)
 	if err := m.remove(g.ID, d); err != nil {
 		return err
 	}
@@ -424,20 +437,20 @@ func (m *Manager) Unset(g cgroup.Group, d Direction) error {
 	return nil
 }
 
-// ReleaseGrace is how long Unset lets a released limit's sockets see an ACK,
-// so that the pacing assist lifts their caps, before it detaches.
-var ReleaseGrace = 200 * time.Millisecond
-
-// release turns a limit into a pass-through that lifts the pacing caps it set
-// on its sockets, and waits ReleaseGrace for active sockets to be ACKed. A
-// socket that sees no ACK in that time keeps its last cap until it closes.
-func (m *Manager) release(k egressHbmKey, c egressHbmConfig) {
+// release turns a paced limit into a pass-through, then lifts the pacing
+// caps it set on its sockets (idle ones too) with the socket walker, before
+// the links go. A socket the walker cannot reach (a namespace no process of
+// the group uses any more) keeps its last cap until it closes.
+func (m *Manager) release(g cgroup.Group, k egressHbmKey, c egressHbmConfig) {
 	if c.Flags&flagPace == 0 {
 		return
 	}
 	c.Flags |= flagRelease
-	if err := m.limits.Update(&k, &c, ebpf.UpdateExist); err == nil {
-		time.Sleep(ReleaseGrace)
+	if err := m.limits.Update(&k, &c, ebpf.UpdateExist); err != nil {
+		return
+	}
+	if _, _, err := m.walkSockets(g, true); err != nil {
+		m.Warnings = append(m.Warnings, fmt.Sprintf("pacing caps of %s not all lifted: %v", g, err))
 	}
 }
 

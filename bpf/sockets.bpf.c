@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* HBM socket walker: a TCP socket iterator run by `hbm set` and `hbm unset`
+ * in each network namespace the group's processes use.
+ *
+ * On set (hbm_release == 0) it turns on the per-ACK callback of sockets that
+ * were connected before the limit existed, so the pacing assist reaches them
+ * too (sockops sees only connections established after attach). On unset
+ * (hbm_release == 1) it lifts the pacing cap this level set, so no socket
+ * keeps a limit that is gone, idle ones included. Built on vmlinux.h (CO-RE):
+ * it reads the socket's cgroup, which no uapi struct exposes. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "hbm.h"
+
+#define SOL_SOCKET 1
+#define SOL_TCP 6
+#define SO_MAX_PACING_RATE 47
+#define RTT_CB_FLAG (1 << 3)       /* BPF_SOCK_OPS_RTT_CB_FLAG */
+#define SOCK_OPS_CB_FLAGS_OPT 1008 /* TCP_BPF_SOCK_OPS_CB_FLAGS */
+#define PACE_UNLIMITED 0xffffffffU
+#define PACE_MAX_BPS 0xfffffffeULL
+
+const volatile __u64 hbm_cgroup_id = 0;
+const volatile __u32 hbm_cgroup_level = 0;
+const volatile __u32 hbm_release = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct hbm_flow);
+} hbm_flow_map SEC(".maps");
+
+/* Counts for user space: sockets of the group seen, and changed. */
+__u64 seen = 0;
+__u64 changed = 0;
+
+/* in_group reports whether the socket was created in the limited group or
+ * below it: its cgroup's ancestor at the group's level is the group. */
+static __always_inline int in_group(struct sock *sk)
+{
+	struct cgroup *cg = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
+	struct cgroup *anc = NULL;
+	__u32 lvl = hbm_cgroup_level & 0xff;
+	int level;
+
+	if (!cg)
+		return 0;
+	level = BPF_CORE_READ(cg, level);
+	if (level < (int)lvl)
+		return 0;
+	if (bpf_core_read(&anc, sizeof(anc), &cg->ancestors[lvl]) || !anc)
+		return 0;
+	return BPF_CORE_READ(anc, kn, id) == hbm_cgroup_id;
+}
+
+SEC("iter/tcp")
+int hbm_sockets(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct hbm_flow *f;
+	struct tcp_sock *tp;
+	__u64 want = PACE_UNLIMITED;
+	__u32 val;
+	int flags, i;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp || !in_group((struct sock *)tp))
+		return 0;
+	seen++;
+	if (!hbm_release) {
+		flags = tp->bpf_sock_ops_cb_flags;
+		if (flags & RTT_CB_FLAG)
+			return 0;
+		flags |= RTT_CB_FLAG;
+		if (!bpf_setsockopt(tp, SOL_TCP, SOCK_OPS_CB_FLAGS_OPT, &flags, sizeof(flags)))
+			changed++;
+		return 0;
+	}
+	f = bpf_sk_storage_get(&hbm_flow_map, tp, 0, 0);
+	if (!f || !f->level_Bps[hbm_cgroup_level & (HBM_PACE_LEVELS - 1)])
+		return 0;
+	f->level_Bps[hbm_cgroup_level & (HBM_PACE_LEVELS - 1)] = 0;
+	for (i = 0; i < HBM_PACE_LEVELS; i++)
+		if (f->level_Bps[i] && f->level_Bps[i] < want)
+			want = f->level_Bps[i];
+	val = want > PACE_MAX_BPS ? PACE_UNLIMITED : (__u32)want;
+	if (!bpf_setsockopt(tp, SOL_SOCKET, SO_MAX_PACING_RATE, &val, sizeof(val))) {
+		f->applied_Bps = want;
+		changed++;
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,148 @@
+package dataplane
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/cgroup"
+)
+
+// walkSockets runs the socket iterator (bpf/sockets.bpf.c) over the TCP
+// sockets of group g in every network namespace its processes use, plus
+// hbm's own. With release false it turns on the pacing assist's per-ACK
+// callback for sockets connected before the limit; with release true it
+// lifts the pacing cap g's level set. It returns how many sockets of g it saw
+// and changed.
+func (m *Manager) walkSockets(g cgroup.Group, release bool) (seen, changed uint64, err error) {
+	spec, err := loadSockets()
+	if err != nil {
+		return 0, 0, fmt.Errorf("load embedded socket walker: %w", err)
+	}
+	rel := uint32(0)
+	if release {
+		rel = 1
+	}
+	for name, v := range map[string]any{"hbm_cgroup_id": g.ID, "hbm_cgroup_level": level(g), "hbm_release": rel} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return 0, 0, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		MapReplacements: map[string]*ebpf.Map{mapFlows: m.flows},
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("load socket walker: %w", err)
+	}
+	defer coll.Close()
+	it, err := link.AttachIter(link.IterOptions{Program: coll.Programs["hbm_sockets"]})
+	if err != nil {
+		return 0, 0, fmt.Errorf("attach socket iterator: %w", err)
+	}
+	defer it.Close()
+
+	var errs []error
+	for _, ns := range netnsOf(g) {
+		if err := inNetns(ns, func() error { return drain(it) }); err != nil {
+			errs = append(errs, fmt.Errorf("netns %s: %w", ns, err))
+		}
+	}
+	if v := coll.Variables["seen"]; v != nil {
+		v.Get(&seen)
+	}
+	if v := coll.Variables["changed"]; v != nil {
+		v.Get(&changed)
+	}
+	return seen, changed, errors.Join(errs...)
+}
+
+func level(g cgroup.Group) uint32 {
+	return uint32(strings.Count(strings.TrimSuffix(g.Rel, "/"), "/"))
+}
+
+// drain runs the iterator to its end in the calling thread's netns.
+func drain(it *link.Iter) error {
+	r, err := it.Open()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	_, err = io.Copy(io.Discard, r)
+	return err
+}
+
+// netnsOf lists the network namespaces (as /proc/PID/ns/net paths, one per
+// namespace) of the processes in g and below, with hbm's own first.
+func netnsOf(g cgroup.Group) []string {
+	seen := map[uint64]bool{}
+	out := []string{}
+	add := func(path string) {
+		var st unix.Stat_t
+		if unix.Stat(path, &st) != nil || seen[st.Ino] {
+			return
+		}
+		seen[st.Ino] = true
+		out = append(out, path)
+	}
+	add("/proc/self/ns/net")
+	const maxProcs = 100000 // bound the walk on huge groups
+	n := 0
+	filepath.WalkDir(g.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || n >= maxProcs {
+			return nil
+		}
+		f, err := os.Open(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		s := bufio.NewScanner(f)
+		for s.Scan() && n < maxProcs {
+			if pid, err := strconv.Atoi(strings.TrimSpace(s.Text())); err == nil {
+				add(fmt.Sprintf("/proc/%d/ns/net", pid))
+				n++
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// inNetns runs fn on a thread switched into the network namespace at path,
+// and switches back. If switching back fails the thread is left locked, so
+// the runtime discards it rather than reuse a thread in the wrong namespace.
+func inNetns(path string, fn func() error) error {
+	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	runtime.LockOSThread()
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer unix.Close(orig)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns: %w", err)
+	}
+	ferr := fn()
+	if err := unix.Setns(orig, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("setns back: %w", err) // thread stays locked: discarded at exit
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
