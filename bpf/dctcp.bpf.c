@@ -67,6 +67,7 @@ static __always_inline struct hbm_dctcp *dctcp_ca(const struct sock *sk)
 	return (struct hbm_dctcp *)inet_csk(sk)->icsk_ca_priv;
 }
 
+__u64 dbg_state_calls;
 struct dbg_snap { __u32 id, cwnd, ssth, pcwnd, pssth, undo, loss, state, reported, ret; __u64 t; __u64 ops; };
 
 static __always_inline int garbage(__u32 c, __u32 s, __u32 p, __u32 l)
@@ -82,7 +83,7 @@ static __always_inline void DBG(struct sock *sk, __u32 id)
 
 	if (garbage(c, s, p, l) && !d->reported) {
 		d->reported = 1;
-		bpf_printk("HBMGARB sk %lx now id %u", (unsigned long)sk, id);
+		bpf_printk("HBMGARB sk %lx now id %u port %u", (unsigned long)sk, id, sk->__sk_common.skc_num);
 		bpf_printk("HBMGARB  now cwnd %u ssth %u pcwnd %u", c, s, p);
 		bpf_printk("HBMGARB  now pssth %u undo %u loss %u", tp->prior_ssthresh, tp->undo_marker, l);
 		bpf_printk("HBMGARB  prev id %u dt %llu", d->id, bpf_ktime_get_ns() - d->t);
@@ -219,6 +220,7 @@ void BPF_PROG(dctcp_state, struct sock *sk, __u8 new_state)
 {
 	__u8 old = BPF_CORE_READ_BITFIELD(inet_csk(sk), icsk_ca_state);
 
+	__sync_fetch_and_add(&dbg_state_calls, 1);
 	DBG(sk, 40 + new_state);
 
 	/*
@@ -256,7 +258,7 @@ static __always_inline void ce_state_update(struct sock *sk, struct hbm_dctcp *c
 	if (ca->ce_state != new_ce) {
 		if (icsk->icsk_ack.pending & ICSK_ACK_TIMER) {
 			set_demand_cwr(tp, ca->ce_state);
-			bpf_tcp_send_ack(tp, ca->prior_rcv_nxt);
+			/* bpf_tcp_send_ack(tp, ca->prior_rcv_nxt); */
 		}
 		icsk->icsk_ack.pending |= ICSK_ACK_NOW;
 	}

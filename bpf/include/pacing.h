@@ -33,7 +33,7 @@
 
 #define PACE_INTERVAL_NS 1000000ULL /* control interval */
 #define PACE_DRAIN_NS    4000000ULL /* drain the backlog above target in this */
-#define PACE_FLOOR_SHIFT 3          /* the share never drops below rate / 8 */
+#define PACE_FLOOR_SHIFT 2          /* the share never drops below rate / 4 */
 #define PACE_Q           16         /* fixed-point shift of the correction ratio */
 #define PACE_RATIO_MAX   (16ULL << PACE_Q) /* at most 16x up or down per interval */
 #define PACE_UNLIMITED   0xffffffffU /* SO_MAX_PACING_RATE: no limit */

@@ -126,7 +126,7 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, cc string, phase, se
 	var results []*workload.Result
 	for i, p := range phases {
 		if p.apply != nil {
-			say("%s %s", p.name, p.limit)
+			say("%s", strings.TrimSpace(p.name+" "+p.limit))
 			if err := p.apply(l); err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
@@ -158,22 +158,22 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, cc string, phase, se
 			return fmt.Errorf("workload client: %w: %q", err, line)
 		}
 		results = append(results, &r)
-		say("  %s: goodput %s, 10 KB P99 %s", p.name, fmtRate(r.Goodput), fmtUs(r.RPC.P99))
+		say("  %s: goodput %s (bulk %s), 10 KB P99 %s", p.name, fmtRate(r.TotalGoodput), fmtRate(r.Goodput), fmtUs(r.RPC.P99))
 	}
 	fmt.Fprintln(stdin, "stop")
 	stdin.Close()
 	client.WaitTimeout(5 * time.Second)
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PHASE\tLIMIT\tGOODPUT\tOF LIMIT\t10 KB P50\t10 KB P99\tRETRANS")
+	fmt.Fprintln(tw, "PHASE\tLIMIT\tGOODPUT (BULK+RPC)\tOF LIMIT\t10 KB P50\t10 KB P99\tRETRANS")
 	for i, p := range phases {
 		r := results[i]
 		of := "-"
 		if p.limit != "" {
 			rate, _ := testbed.ParseRate(p.limit)
-			of = fmt.Sprintf("%.2f", r.Goodput/float64(rate))
+			of = fmt.Sprintf("%.2f", r.TotalGoodput/float64(rate))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.name, orDash(p.limit), fmtRate(r.Goodput), of,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.name, orDash(p.limit), fmtRate(r.TotalGoodput), of,
 			fmtUs(r.RPC.P50), fmtUs(r.RPC.P99), r.Retransmits)
 	}
 	return tw.Flush()

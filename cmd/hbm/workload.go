@@ -169,7 +169,8 @@ type benchRow struct {
 	RateBps    uint64            `json:"rate_bps,omitempty"`
 	CC         string            `json:"cc"`
 	ECN        bool              `json:"ecn"`
-	Ratio      float64           `json:"goodput_ratio,omitempty"` // goodput / limit
+	Ratio      float64           `json:"goodput_ratio,omitempty"`       // bulk goodput / limit
+	TotalRatio float64           `json:"total_goodput_ratio,omitempty"` // (bulk + RPC request bytes) / limit
 	Result     *workload.Result  `json:"result,omitempty"`
 	HBM        *testbed.Counters `json:"hbm,omitempty"` // counters over the run (warm-up included)
 	QdiscDrops *uint64           `json:"qdisc_drops,omitempty"`
@@ -400,6 +401,7 @@ func benchCell(ctx context.Context, l *lab, row *benchRow, cfg workload.Config, 
 	}
 	if row.RateBps > 0 {
 		row.Ratio = row.Result.Goodput / float64(row.RateBps)
+		row.TotalRatio = row.Result.TotalGoodput / float64(row.RateBps)
 	}
 }
 
@@ -411,7 +413,7 @@ func rowSummary(r *benchRow) string {
 	res := r.Result
 	s := fmt.Sprintf("%s goodput %.1f Mbit/s", head, res.Goodput/1e6)
 	if r.Ratio > 0 {
-		s += fmt.Sprintf(" (%.3f of limit)", r.Ratio)
+		s += fmt.Sprintf(" (%.3f of limit, %.3f with RPC)", r.Ratio, r.TotalRatio)
 	}
 	return s + fmt.Sprintf(", retrans %d, rpc p99 %s", res.Retransmits, fmtUs(res.RPC.P99))
 }
@@ -443,20 +445,22 @@ func printBenchTable(w io.Writer, rows []*benchRow, o benchOptions) {
 	}
 	fmt.Fprintf(w, "HBM egress benchmark: %d bulk streams + %d x %s RPC loop, %v per cell (+%v warm-up), %s\n",
 		o.streams, o.rpcs, o.rpcSize, o.duration, o.warmup, fam)
-	fmt.Fprintln(w, "goodput is bulk payload the receiver read; drops: hbm's (hbm) or the qdisc's (htb/tbf), over the run")
+	fmt.Fprintln(w, "goodput: bulk payload the receiver read; total/limit adds the RPC requests (same cgroup)")
+	fmt.Fprintln(w, "drops: hbm's (hbm) or the qdisc's (htb/tbf), over the run; marks/cwr: hbm's; CE echo: ECE seen by the senders")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "limiter\trate\tcc\tgoodput Mbit/s\t/limit\tretrans\tdrops\tmarks\tcwr\tCE echo\tsrtt\tRPC n\tRPC p50\tRPC p99\t")
+	fmt.Fprintln(tw, "limiter\trate\tcc\tgoodput Mbit/s\t/limit\ttotal/limit\tretrans\tdrops\tmarks\tcwr\tCE echo\tsrtt\tRPC n\tRPC p50\tRPC p99\t")
 	var errs []string
 	for _, r := range rows {
 		if r.Error != "" {
 			errs = append(errs, fmt.Sprintf("[%d] %s %s %s: %s", len(errs)+1, r.Limiter, orDash(r.Rate), r.CC, firstLine(r.Error, 300)))
-			fmt.Fprintf(tw, "%s\t%s\t%s\terror [%d]\t\t\t\t\t\t\t\t\t\t\t\n", r.Limiter, orDash(r.Rate), r.CC, len(errs))
+			fmt.Fprintf(tw, "%s\t%s\t%s\terror [%d]\t\t\t\t\t\t\t\t\t\t\t\t\n", r.Limiter, orDash(r.Rate), r.CC, len(errs))
 			continue
 		}
 		res := r.Result
-		ratio, drops, marks, cwr := "-", "-", "-", "-"
+		ratio, total, drops, marks, cwr := "-", "-", "-", "-", "-"
 		if r.Ratio > 0 {
 			ratio = fmt.Sprintf("%.3f", r.Ratio)
+			total = fmt.Sprintf("%.3f", r.TotalRatio)
 		}
 		if r.HBM != nil {
 			drops = strconv.FormatUint(r.HBM.Dropped, 10)
@@ -466,8 +470,8 @@ func printBenchTable(w io.Writer, rows []*benchRow, o benchOptions) {
 		if r.QdiscDrops != nil {
 			drops = strconv.FormatUint(*r.QdiscDrops, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t\n",
-			r.Limiter, orDash(r.Rate), r.CC, res.Goodput/1e6, ratio, res.Retransmits, drops, marks, cwr,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t\n",
+			r.Limiter, orDash(r.Rate), r.CC, res.Goodput/1e6, ratio, total, res.Retransmits, drops, marks, cwr,
 			res.DeliveredCE, fmtUs(res.RTT), res.RPC.Count, fmtUs(res.RPC.P50), fmtUs(res.RPC.P99))
 	}
 	tw.Flush()

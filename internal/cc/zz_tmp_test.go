@@ -1,6 +1,9 @@
 package cc
 
 import (
+	"os"
+	"strings"
+	"os/exec"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +17,12 @@ func TestTmpGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	inNetns(t, func() error {
+		for _, kv := range strings.Fields(os.Getenv("HBMDBG_SYSCTL")) {
+			k, v, _ := strings.Cut(kv, "=")
+			if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+				return err
+			}
+		}
 		lo, _ := net.InterfaceByName("lo")
 		mk, err := newMarker(lo.Index)
 		if err != nil {
@@ -22,7 +31,7 @@ func TestTmpGarbage(t *testing.T) {
 		defer mk.Close()
 		mk.set(30)
 		var pairs []*pair
-		for i := 0; i < 8; i++ {
+		for i := 0; i < 16; i++ {
 			p, err := newPair(DCTCP, DCTCP)
 			if err != nil {
 				return err
@@ -59,6 +68,8 @@ func TestTmpGarbage(t *testing.T) {
 				}
 			}
 		}
+		out, _ := exec.Command("sh", "-c", "bpftool -j prog show | python3 -c \"import json,sys; [print(p['id'], p['name'], p.get('recursion_misses'), p.get('run_cnt')) for p in json.load(sys.stdin) if p.get('type')=='struct_ops']\"").CombinedOutput()
+		t.Logf("progs:\n%s", out)
 		if bad > 0 {
 			return fmt.Errorf("%d garbage observations", bad)
 		}

@@ -40,6 +40,9 @@ func nsExists(name string) bool {
 }
 
 func TestTestbed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: needs root and namespaces")
+	}
 	testutil.RequireRoot(t)
 	testutil.RequireCommand(t, "ip")
 	testutil.RequireCommand(t, "tc")
@@ -173,6 +176,9 @@ func firstLines(s string, n int) string {
 // TestTestbedLock: a live testbed is never torn down by another New or
 // Cleanup of the same name.
 func TestTestbedLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: needs root and namespaces")
+	}
 	testutil.RequireRoot(t)
 	testutil.RequireCommand(t, "ip")
 	a, err := New("tblock", Options{})

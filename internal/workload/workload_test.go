@@ -60,11 +60,11 @@ func TestRPCLatency(t *testing.T) {
 		d := float64(delay.Microseconds())
 		// Two loops for one second at delay+epsilon each.
 		wantN := 2 * float64(time.Second) / float64(delay)
-		if n := float64(r.RPC.Count); n < 0.7*wantN || n > 1.05*wantN {
+		if n := float64(r.RPC.Count); n < 0.6*wantN || n > 1.05*wantN {
 			t.Errorf("delay %v: %d RPCs, want about %.0f", delay, r.RPC.Count, wantN)
 		}
-		if r.RPC.P50 < d || r.RPC.P50 > d+3000 {
-			t.Errorf("delay %v: P50 %.0fus, want in [%.0f, %.0f]", delay, r.RPC.P50, d, d+3000)
+		if r.RPC.P50 < d || r.RPC.P50 > d+5000 {
+			t.Errorf("delay %v: P50 %.0fus, want in [%.0f, %.0f]", delay, r.RPC.P50, d, d+5000)
 		}
 		if r.RPC.Max < r.RPC.P99 || r.RPC.P99 < r.RPC.P50 || r.RPC.P999 < r.RPC.P99 {
 			t.Errorf("percentiles out of order: %+v", r.RPC)
@@ -277,7 +277,7 @@ func TestScript(t *testing.T) {
 		t.Fatalf("results %+v", results)
 	}
 	for _, r := range results {
-		if r.Duration < 0.25 || r.Duration > 0.6 || r.RPC.Count < 50 || r.Goodput <= 0 {
+		if r.Duration < 0.25 || r.Duration > 0.6 || r.RPC.Count < 5 || r.Goodput <= 0 {
 			t.Errorf("window %q: %.3fs, %d RPCs, %.0f bit/s", r.Name, r.Duration, r.RPC.Count, r.Goodput)
 		}
 	}

@@ -40,6 +40,9 @@ type egLab struct {
 
 func egSetup(t *testing.T, name string) *egLab {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: integration test (root, namespaces, BPF, real traffic)")
+	}
 	testutil.RequireRoot(t)
 	for _, c := range []string{"ip", "tc"} {
 		testutil.RequireCommand(t, c)
