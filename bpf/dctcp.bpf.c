@@ -169,7 +169,7 @@ __u32 BPF_PROG(dctcp_ssthresh, struct sock *sk)
 	DBG(sk, 1);
 	ca->loss_cwnd = cwnd;
 	/* cwnd * (1 - alpha/2), alpha scaled by 1024: cwnd - cwnd*alpha/2048. */
-	__u32 r = max_u32(cwnd - ((cwnd * ca->alpha) >> 11), 2);
+	__u32 r = max_u32(cwnd >> 1, 2);
 	DBGRET(sk, r);
 	return r;
 }
@@ -258,7 +258,7 @@ static __always_inline void ce_state_update(struct sock *sk, struct hbm_dctcp *c
 	if (ca->ce_state != new_ce) {
 		if (icsk->icsk_ack.pending & ICSK_ACK_TIMER) {
 			set_demand_cwr(tp, ca->ce_state);
-			/* bpf_tcp_send_ack(tp, ca->prior_rcv_nxt); */
+			bpf_tcp_send_ack(tp, ca->prior_rcv_nxt);
 		}
 		icsk->icsk_ack.pending |= ICSK_ACK_NOW;
 	}
@@ -307,13 +307,9 @@ void BPF_PROG(dctcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 
 SEC(".struct_ops.link")
 struct tcp_congestion_ops dctcp = {
-	.init = (void *)dctcp_init,
-	.in_ack_event = (void *)dctcp_update_alpha,
-	.cwnd_event = (void *)dctcp_cwnd_event,
 	.ssthresh = (void *)dctcp_ssthresh,
 	.cong_avoid = (void *)dctcp_cong_avoid,
 	.undo_cwnd = (void *)dctcp_cwnd_undo,
-	.set_state = (void *)dctcp_state,
 	.flags = TCP_CONG_NEEDS_ECN,
 	.name = "dctcp",
 };

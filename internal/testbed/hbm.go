@@ -46,9 +46,10 @@ func (h HBM) run(args ...string) (string, error) {
 	return outputCtx(ctx, h.Bin, args...)
 }
 
-// Set limits cgroup's egress to rate (tc units, e.g. "200mbit").
-func (h HBM) Set(cgroup, rate string) error {
-	_, err := h.run("set", cgroup, "--egress", rate)
+// Set limits cgroup's egress to rate (tc units, e.g. "200mbit"), with extra
+// `hbm set` flags (e.g. "--no-pace").
+func (h HBM) Set(cgroup, rate string, extra ...string) error {
+	_, err := h.run(append([]string{"set", cgroup, "--egress", rate}, extra...)...)
 	return err
 }
 
