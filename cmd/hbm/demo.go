@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -76,51 +74,11 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, cc string, phase, se
 	}
 	total := time.Duration(len(phases))*(phase+settle) + 20*time.Second
 	cfg := workload.Config{Addr: l.tb.ReceiverAddr(testbed.ServerPort, false), Streams: 3, RPCs: 1, Duration: total, CC: cc}
-	args := append(testbed.ClientArgs(cfg), "--script")
-	client := l.tb.Command(l.tb.SenderNS, l.dir, l.self, args...)
-	stdin, err := client.Cmd.StdinPipe()
+	client, err := l.tb.StartScriptClient(l.self, l.dir, cfg)
 	if err != nil {
 		return err
 	}
-	pr, pw := io.Pipe()
-	var errOut strings.Builder
-	client.Cmd.Stdout, client.Cmd.Stderr = pw, &errOut
-	if err := client.Start(); err != nil {
-		return err
-	}
-	go func() {
-		client.Wait()
-		pw.Close()
-	}()
-	defer client.Kill()
-	lines := make(chan string, 16)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	next := func(timeout time.Duration) (string, error) {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				return "", fmt.Errorf("workload client ended: %v %s", client.Wait(), strings.TrimSpace(errOut.String()))
-			}
-			return line, nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(timeout):
-			return "", fmt.Errorf("workload client silent for %v", timeout)
-		}
-	}
-	if line, err := next(15 * time.Second); err != nil {
-		return err
-	} else if line != "ready" {
-		return fmt.Errorf("workload client: unexpected %q", line)
-	}
+	defer client.Close()
 	say("traffic running: 3 bulk streams + a 10 KB RPC loop, %s, from cgroup /hbm-demo/w", cc)
 
 	var results []*workload.Result
@@ -135,13 +93,8 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, cc string, phase, se
 			return err
 		}
 		hbm0, _ := l.hbm.Egress(l.group)
-		if _, err := fmt.Fprintf(stdin, "begin %d\n", i); err != nil {
-			return err
-		}
-		if err := sleepCtx(ctx, phase); err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintln(stdin, "end"); err != nil {
+		r, err := client.Window(ctx, fmt.Sprint(i), phase)
+		if err != nil {
 			return err
 		}
 		if hbm1, _ := l.hbm.Egress(l.group); hbm0 != nil && hbm1 != nil {
@@ -149,20 +102,10 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, cc string, phase, se
 			say("  hbm counters: %s passed, %d packets, %d marked, %d cwr, %d dropped",
 				fmtRate(float64(d.Bytes)*8/phase.Seconds()), d.Packets, d.Marked, d.CWR, d.Dropped)
 		}
-		line, err := next(10 * time.Second)
-		if err != nil {
-			return err
-		}
-		var r workload.Result
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			return fmt.Errorf("workload client: %w: %q", err, line)
-		}
-		results = append(results, &r)
+		results = append(results, r)
 		say("  %s: goodput %s (bulk %s), 10 KB P99 %s", p.name, fmtRate(r.TotalGoodput), fmtRate(r.Goodput), fmtUs(r.RPC.P99))
 	}
-	fmt.Fprintln(stdin, "stop")
-	stdin.Close()
-	client.WaitTimeout(5 * time.Second)
+	client.Close()
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PHASE\tLIMIT\tGOODPUT (BULK+RPC)\tOF LIMIT\t10 KB P50\t10 KB P99\tRETRANS")

@@ -468,12 +468,17 @@ func checkTCPCC() (string, string, error) {
 		return "", "", err
 	}
 	cur, _ := readSysctl("tcp_congestion_control")
-	return describeCC(strings.Fields(avail), cur, kernelConfigValue(kernelConfig, "CONFIG_TCP_CONG_DCTCP")), "", nil
+	_, pinErr := os.Stat(hbmDCTCPPin)
+	return describeCC(strings.Fields(avail), cur, kernelConfigValue(kernelConfig, "CONFIG_TCP_CONG_DCTCP"), pinErr == nil), "", nil
 }
 
+// hbmDCTCPPin is where `hbm cc install dctcp` pins its BPF DCTCP.
+const hbmDCTCPPin = "/sys/fs/bpf/hbm/cc/dctcp"
+
 // describeCC summarises the congestion controls: the list, the default and
-// whether dctcp is native (cfg is CONFIG_TCP_CONG_DCTCP: "y", "m" or "").
-func describeCC(avail []string, cur, cfg string) string {
+// whether dctcp is native (cfg is CONFIG_TCP_CONG_DCTCP: "y", "m" or ""), or
+// the BPF one of `hbm cc` (hbmInstalled): both appear in the kernel's list.
+func describeCC(avail []string, cur, cfg string, hbmInstalled bool) string {
 	s := strings.Join(avail, " ")
 	if cur != "" {
 		s += " (default " + cur + ")"
@@ -485,6 +490,10 @@ func describeCC(avail []string, cur, cfg string) string {
 		}
 	}
 	switch {
+	case native && hbmInstalled:
+		s += "; dctcp is HBM's BPF one (hbm cc)"
+	case native && cfg == "":
+		s += "; dctcp registered, not native (a BPF one)"
 	case native:
 		s += "; dctcp native"
 	case cfg == "m":

@@ -270,13 +270,16 @@ func TestDescribeCC(t *testing.T) {
 	for _, tc := range []struct {
 		avail     []string
 		cur, cfg  string
+		hbm       bool
 		wantParts []string
 	}{
-		{[]string{"reno", "cubic", "dctcp"}, "cubic", "y", []string{"reno cubic dctcp (default cubic)", "dctcp native"}},
-		{[]string{"reno", "cubic", "bbr"}, "bbr", "", []string{"(default bbr)", "no native dctcp"}},
-		{[]string{"reno", "cubic"}, "", "m", []string{"modprobe tcp_dctcp"}},
+		{[]string{"reno", "cubic", "dctcp"}, "cubic", "y", false, []string{"reno cubic dctcp (default cubic)", "dctcp native"}},
+		{[]string{"reno", "cubic", "bbr"}, "bbr", "", false, []string{"(default bbr)", "no native dctcp"}},
+		{[]string{"reno", "cubic"}, "", "m", false, []string{"modprobe tcp_dctcp"}},
+		{[]string{"reno", "cubic", "dctcp"}, "cubic", "", true, []string{"HBM's BPF one"}},
+		{[]string{"reno", "cubic", "dctcp"}, "cubic", "", false, []string{"not native"}},
 	} {
-		got := describeCC(tc.avail, tc.cur, tc.cfg)
+		got := describeCC(tc.avail, tc.cur, tc.cfg, tc.hbm)
 		for _, p := range tc.wantParts {
 			if !strings.Contains(got, p) {
 				t.Errorf("describeCC(%v, %q, %q) = %q, lacks %q", tc.avail, tc.cur, tc.cfg, got, p)

@@ -1,10 +1,12 @@
 package testbed
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,4 +157,103 @@ func (w *lineWatcher) Write(p []byte) (int, error) {
 		w.buf = w.buf[len(w.buf)-4096:]
 	}
 	return len(p), nil
+}
+
+// ScriptClient is a `workload run --script` client running in the sender
+// namespace: its traffic runs without interruption while the caller opens
+// and closes measurement windows (to change limits under live flows).
+type ScriptClient struct {
+	p      *Proc
+	stdin  io.WriteCloser
+	lines  chan string
+	stderr *syncBuffer
+}
+
+// StartScriptClient starts the client in the sender namespace inside the
+// cgroup at cgroupDir; cfg.Duration bounds its whole life. It returns once
+// the client is connected (at most 15s).
+func (tb *Testbed) StartScriptClient(bin, cgroupDir string, cfg workload.Config) (*ScriptClient, error) {
+	p := tb.Command(tb.SenderNS, cgroupDir, bin, append(ClientArgs(cfg), "--script")...)
+	stdin, err := p.Cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	c := &ScriptClient{p: p, stdin: stdin, lines: make(chan string, 16), stderr: &syncBuffer{}}
+	p.Cmd.Stdout, p.Cmd.Stderr = pw, c.stderr
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		p.Wait()
+		pw.Close()
+	}()
+	go func() {
+		defer close(c.lines)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	line, err := c.next(context.Background(), 15*time.Second)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if line != "ready" {
+		c.Close()
+		return nil, fmt.Errorf("testbed: workload client said %q, want ready", line)
+	}
+	return c, nil
+}
+
+func (c *ScriptClient) next(ctx context.Context, timeout time.Duration) (string, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			return "", fmt.Errorf("testbed: workload client ended: %v: %s", c.p.Wait(), strings.TrimSpace(c.stderr.String()))
+		}
+		return line, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-t.C:
+		return "", fmt.Errorf("testbed: workload client silent for %v", timeout)
+	}
+}
+
+// Window measures for d in a window named name and returns its result.
+func (c *ScriptClient) Window(ctx context.Context, name string, d time.Duration) (*workload.Result, error) {
+	if _, err := fmt.Fprintf(c.stdin, "begin %s\n", name); err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return nil, ctx.Err()
+	}
+	if _, err := fmt.Fprintln(c.stdin, "end"); err != nil {
+		return nil, err
+	}
+	line, err := c.next(ctx, 15*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var r workload.Result
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		return nil, fmt.Errorf("testbed: workload client: %w: %q", err, line)
+	}
+	return &r, nil
+}
+
+// Close stops the client (bounded: killed after 5s).
+func (c *ScriptClient) Close() error {
+	fmt.Fprintln(c.stdin, "stop")
+	c.stdin.Close()
+	return c.p.WaitTimeout(5 * time.Second)
 }

@@ -287,3 +287,43 @@ func TestEgressIPv6(t *testing.T) {
 		t.Errorf("ran over %s, want IPv6", r.Addr)
 	}
 }
+
+// TestEgressLiveFlows: limits set, changed and removed under flows that are
+// already running (grown windows, tiny veth RTT) take hold as they do for
+// new connections.
+func TestEgressLiveFlows(t *testing.T) {
+	l := egSetup(t, "eglive")
+	group, dir := l.cgroup(t, "w")
+	cfg := workload.Config{
+		Addr: l.tb.ReceiverAddr(testbed.ServerPort, false), Streams: egStreams, Duration: 60 * time.Second, CC: "cubic",
+	}
+	c, err := l.tb.StartScriptClient(l.bin, dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	window := func(name string, d time.Duration) *workload.Result {
+		t.Helper()
+		r, err := c.Window(ctx, name, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: goodput %.1f Mbit/s (streams %s), retrans %d, srtt %.0fus, cwnd %.1f",
+			name, r.Goodput/1e6, mbits(r.StreamGoodput), r.Retransmits, r.RTT, r.Cwnd)
+		return r
+	}
+	time.Sleep(egWarmup)
+	free := window("unlimited", 2*time.Second)
+	for _, rate := range []string{"200mbit", "1gbit"} {
+		l.set(t, group, rate)
+		time.Sleep(egWarmup)
+		within(t, window(rate, 4*time.Second), rate, egLow, egHigh)
+	}
+	l.unset(t, group)
+	time.Sleep(time.Second)
+	if r := window("unset", 2*time.Second); r.Goodput < 4e9 {
+		t.Errorf("after unset goodput %.1f Mbit/s, want well above the old 1gbit limit (>= 4000; unlimited ran %.1f)",
+			r.Goodput/1e6, free.Goodput/1e6)
+	}
+}
