@@ -11,26 +11,16 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
-#include "hbm.h"
+#include "flow.h"
 
 #define SOL_SOCKET 1
 #define SOL_TCP 6
-#define SO_MAX_PACING_RATE 47
 #define RTT_CB_FLAG (1 << 3)       /* BPF_SOCK_OPS_RTT_CB_FLAG */
 #define SOCK_OPS_CB_FLAGS_OPT 1008 /* TCP_BPF_SOCK_OPS_CB_FLAGS */
-#define PACE_UNLIMITED 0xffffffffU
-#define PACE_MAX_BPS 0xfffffffeULL
 
 const volatile __u64 hbm_cgroup_id = 0;
 const volatile __u32 hbm_cgroup_level = 0;
 const volatile __u32 hbm_release = 0;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct hbm_flow);
-} hbm_flow_map SEC(".maps");
 
 /* Counts for user space: sockets of the group seen, and changed. */
 __u64 seen = 0;
@@ -61,9 +51,9 @@ int hbm_sockets(struct bpf_iter__tcp *ctx)
 	struct sock_common *skc = ctx->sk_common;
 	struct hbm_flow *f;
 	struct tcp_sock *tp;
-	__u64 want = PACE_UNLIMITED;
+	__u64 want;
 	__u32 val;
-	int flags, i;
+	int flags;
 
 	if (!skc)
 		return 0;
@@ -84,11 +74,9 @@ int hbm_sockets(struct bpf_iter__tcp *ctx)
 	if (!f || !f->level_Bps[hbm_cgroup_level & (HBM_PACE_LEVELS - 1)])
 		return 0;
 	f->level_Bps[hbm_cgroup_level & (HBM_PACE_LEVELS - 1)] = 0;
-	for (i = 0; i < HBM_PACE_LEVELS; i++)
-		if (f->level_Bps[i] && f->level_Bps[i] < want)
-			want = f->level_Bps[i];
-	val = want > PACE_MAX_BPS ? PACE_UNLIMITED : (__u32)want;
-	if (!bpf_setsockopt(tp, SOL_SOCKET, SO_MAX_PACING_RATE, &val, sizeof(val))) {
+	want = flow_want(f);
+	val = pacing_opt(want);
+	if (!bpf_setsockopt(tp, SOL_SOCKET, SO_MAX_PACING_RATE_OPT, &val, sizeof(val))) {
 		f->applied_Bps = want;
 		changed++;
 	}

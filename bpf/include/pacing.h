@@ -23,12 +23,10 @@
 
 #include "hbm.h"
 #include "maps.h"
+#include "flow.h"
 
 #ifndef SOL_SOCKET
 #define SOL_SOCKET 1
-#endif
-#ifndef SO_MAX_PACING_RATE
-#define SO_MAX_PACING_RATE 47
 #endif
 
 #define PACE_INTERVAL_NS 1000000ULL /* control interval */
@@ -36,15 +34,6 @@
 #define PACE_FLOOR_SHIFT 2          /* the share never drops below rate / 4 */
 #define PACE_Q           16         /* fixed-point shift of the correction ratio */
 #define PACE_RATIO_MAX   (16ULL << PACE_Q) /* at most 16x up or down per interval */
-#define PACE_UNLIMITED   0xffffffffU /* SO_MAX_PACING_RATE: no limit */
-#define PACE_MAX_BPS     0xfffffffeULL /* the option is 32-bit bytes per second */
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct hbm_flow);
-} hbm_flow_map SEC(".maps");
 
 /* pace_update accounts wire_bytes to the control interval and, when one
  * ends, corrects the group's per-flow rate. Called with the queue locked.
@@ -97,19 +86,15 @@ static __always_inline void pace_update(struct hbm_queue *q, const struct hbm_co
 /* flow_apply sets the socket's max pacing rate to the least its levels allow. */
 static __always_inline void flow_apply(struct bpf_sock_ops *skops, struct hbm_flow *f)
 {
-	__u64 want = PACE_UNLIMITED;
+	__u64 want = flow_want(f);
 	__u32 val;
-	int i;
 
-	for (i = 0; i < HBM_PACE_LEVELS; i++)
-		if (f->level_Bps[i] && f->level_Bps[i] < want)
-			want = f->level_Bps[i];
 	/* Skip the setsockopt unless the rate moved by more than 1/32. */
 	if (f->applied_Bps && want <= f->applied_Bps + (f->applied_Bps >> 5) &&
 	    want + (want >> 5) >= f->applied_Bps)
 		return;
-	val = want > PACE_MAX_BPS ? PACE_UNLIMITED : (__u32)want;
-	if (!bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &val, sizeof(val)))
+	val = pacing_opt(want);
+	if (!bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE_OPT, &val, sizeof(val)))
 		f->applied_Bps = want;
 }
 
