@@ -21,7 +21,8 @@ func init() {
 	commands = append(commands, newSetCmd, newUnsetCmd, newShowCmd, newPruneCmd)
 }
 
-// pinDir is where state is pinned; a hidden flag lets tests use their own.
+// pinDir is where state is pinned; the hidden root flag --pin-dir lets tests
+// and experiments use their own.
 var pinDir = dataplane.DefaultPinDir
 
 func requireRoot() error {
@@ -108,8 +109,6 @@ full-size packets at low rates.`,
 	f.DurationVar(&th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked (CE, or cwr for non-ECN TCP)")
 	f.DurationVar(&th.DropLarge, "drop-large", rate.DefaultDropLarge, "virtual queue above which large packets are dropped")
 	f.DurationVar(&th.DropSmall, "drop-small", rate.DefaultDropSmall, "virtual queue above which all packets are dropped")
-	f.StringVar(&pinDir, "pin-dir", dataplane.DefaultPinDir, "bpffs directory for HBM's state")
-	f.MarkHidden("pin-dir")
 	f.Uint32Var(&minInfl, "min-inflight", 0, "never drop TCP flows with fewer packets out (experiments)")
 	f.MarkHidden("min-inflight")
 	return cmd
@@ -152,8 +151,6 @@ func newUnsetCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&pinDir, "pin-dir", dataplane.DefaultPinDir, "bpffs directory for HBM's state")
-	cmd.Flags().MarkHidden("pin-dir")
 	return cmd
 }
 
@@ -173,7 +170,7 @@ type limitJSON struct {
 }
 
 func groupEntries(es []dataplane.Entry) []limitJSON {
-	var out []limitJSON
+	out := []limitJSON{} // "[]", not "null", when nothing is limited
 	idx := map[uint64]int{}
 	for _, e := range es {
 		i, ok := idx[e.CgroupID]
@@ -225,20 +222,12 @@ congestion codes returned to TCP (cwr), packets and bytes dropped.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().StringVar(&pinDir, "pin-dir", dataplane.DefaultPinDir, "bpffs directory for HBM's state")
-	cmd.Flags().MarkHidden("pin-dir")
 	return cmd
 }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if v == nil {
-		v = []limitJSON{}
-	}
-	if l, ok := v.([]limitJSON); ok && l == nil {
-		v = []limitJSON{}
-	}
 	return enc.Encode(v)
 }
 
@@ -285,7 +274,5 @@ prune does it on demand.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&pinDir, "pin-dir", dataplane.DefaultPinDir, "bpffs directory for HBM's state")
-	cmd.Flags().MarkHidden("pin-dir")
 	return cmd
 }

@@ -41,6 +41,8 @@ cgroup skb hooks. Over its rate a group's TCP senders are told to slow down
 	}
 	// Flag parsing errors are usage errors.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.PersistentFlags().StringVar(&pinDir, "pin-dir", pinDir, "bpffs directory for HBM's state")
+	root.PersistentFlags().MarkHidden("pin-dir")
 	for _, add := range commands {
 		root.AddCommand(add())
 	}

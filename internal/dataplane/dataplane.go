@@ -483,17 +483,7 @@ func (m *Manager) remove(id uint64, d Direction) error {
 }
 
 // gc removes the limits of groups that no longer exist.
-func (m *Manager) gc() {
-	entries, err := m.List()
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		if e.Cgroup == "" {
-			m.remove(e.CgroupID, e.Dir)
-		}
-	}
-}
+func (m *Manager) gc() { m.Prune() }
 
 // Prune removes the limits of groups that no longer exist and returns them.
 func (m *Manager) Prune() ([]Entry, error) {
@@ -512,23 +502,6 @@ func (m *Manager) Prune() ([]Entry, error) {
 		gone = append(gone, e)
 	}
 	return gone, nil
-}
-
-// Get returns the limit on direction d of g.
-func (m *Manager) Get(g cgroup.Group, d Direction) (Entry, error) {
-	k := key(g.ID, d)
-	var c egressHbmConfig
-	if err := m.limits.Lookup(&k, &c); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Entry{}, fmt.Errorf("%s %v: %w", g, d, ErrNotFound)
-		}
-		return Entry{}, err
-	}
-	st, err := m.readStats(k)
-	if err != nil {
-		return Entry{}, err
-	}
-	return Entry{CgroupID: g.ID, Cgroup: g.Rel, Dir: d, Limit: limitOf(c), Stats: st}, nil
 }
 
 // List returns every limit, sorted by cgroup path then direction.
