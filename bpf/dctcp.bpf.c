@@ -39,6 +39,7 @@ char _license[] SEC("license") = "Dual BSD/GPL";
 #define TCP_ECN_DEMAND_CWR (1U << 2)
 #define TCP_ECN_MODE_ACCECN (1U << 4)
 #define TCP_ECN_MODE_ANY (TCP_ECN_MODE_RFC3168 | TCP_ECN_MODE_ACCECN)
+#define TCP_INFINITE_SSTHRESH 0x7fffffffU
 #define SOL_TCP 6
 #define TCP_CONGESTION 13
 #define AF_INET 2
@@ -67,41 +68,6 @@ static __always_inline struct hbm_dctcp *dctcp_ca(const struct sock *sk)
 	return (struct hbm_dctcp *)inet_csk(sk)->icsk_ca_priv;
 }
 
-__u64 dbg_state_calls;
-struct dbg_snap { __u32 id, cwnd, ssth, pcwnd, pssth, undo, loss, state, reported, ret; __u64 t; __u64 ops; };
-
-static __always_inline int garbage(__u32 c, __u32 s, __u32 p, __u32 l)
-{
-	return c > 10000000 || (s > 10000000 && s != 0x7fffffff) || p > 10000000 || l > 10000000;
-}
-
-static __always_inline void DBG(struct sock *sk, __u32 id)
-{
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	struct dbg_snap *d = (struct dbg_snap *)((char *)inet_csk(sk)->icsk_ca_priv + 40);
-	__u32 c = tp->snd_cwnd, s = tp->snd_ssthresh, p = tp->prior_cwnd, l = dctcp_ca(sk)->loss_cwnd;
-
-	if (garbage(c, s, p, l) && !d->reported) {
-		d->reported = 1;
-		bpf_printk("HBMGARB sk %lx now id %u port %u", (unsigned long)sk, id, sk->__sk_common.skc_num);
-		bpf_printk("HBMGARB  now cwnd %u ssth %u pcwnd %u", c, s, p);
-		bpf_printk("HBMGARB  now pssth %u undo %u loss %u", tp->prior_ssthresh, tp->undo_marker, l);
-		bpf_printk("HBMGARB  prev id %u dt %llu", d->id, bpf_ktime_get_ns() - d->t);
-		bpf_printk("HBMGARB  prev cwnd %u ssth %u pcwnd %u", d->cwnd, d->ssth, d->pcwnd);
-		bpf_printk("HBMGARB  prev pssth %u undo %u loss %u", d->pssth, d->undo, d->loss);
-		bpf_printk("HBMGARB  prev state %u ret %u ops %lx", d->state, d->ret, d->ops);
-		bpf_printk("HBMGARB  now ops %lx state %u", (unsigned long)inet_csk(sk)->icsk_ca_ops, BPF_CORE_READ_BITFIELD(inet_csk(sk), icsk_ca_state));
-	}
-	d->id = id; d->cwnd = c; d->ssth = s; d->pcwnd = p; d->pssth = tp->prior_ssthresh; d->undo = tp->undo_marker; d->loss = l;
-	d->state = BPF_CORE_READ_BITFIELD(inet_csk(sk), icsk_ca_state);
-	d->t = bpf_ktime_get_ns();
-	d->ops = (unsigned long)inet_csk(sk)->icsk_ca_ops;
-}
-static __always_inline void DBGRET(struct sock *sk, __u32 ret)
-{
-	((struct dbg_snap *)((char *)inet_csk(sk)->icsk_ca_priv + 40))->ret = ret;
-}
-
 static __always_inline __u32 max_u32(__u32 a, __u32 b)
 {
 	return a > b ? a : b;
@@ -126,6 +92,38 @@ static __always_inline void window_reset(const struct tcp_sock *tp, struct hbm_d
 	ca->old_delivered_ce = tp->delivered_ce;
 }
 
+/*
+ * Guard against impossible windows. On Linux 6.18 a BPF congestion control
+ * under ECN marking occasionally finds snd_ssthresh holding a value no
+ * callback returned (it is stack garbage: the low half of a kernel return
+ * address, above TCP_INFINITE_SSTHRESH), and PRR then derives a garbage
+ * cwnd from it (10^8..10^9 packets). The same happens with a minimal
+ * Reno-like BPF congestion control, never with the built-in ones; see
+ * docs/dctcp.md. Whatever the cause, a DCTCP sender must not run with such
+ * a window: on each callback, an ssthresh above TCP_INFINITE_SSTHRESH is
+ * recomputed as ssthresh() would have from the cwnd at the reduction
+ * (prior_cwnd), and a cwnd more than twice anything it has legitimately
+ * been (our last view of it, or the cwnd before the last cut) falls back.
+ */
+static __always_inline void repair_window(struct tcp_sock *tp, struct hbm_dctcp *ca)
+{
+	__u32 ref = max_u32(max_u32(ca->last_cwnd, ca->loss_cwnd), 2);
+	__u32 cwnd = tp->snd_cwnd, base;
+
+	if (tp->snd_ssthresh > TCP_INFINITE_SSTHRESH) {
+		base = tp->prior_cwnd;
+		if (!base || base > 2 * ref + 16)
+			base = ref;
+		tp->snd_ssthresh = max_u32(base - ((base * ca->alpha) >> 11), 2);
+		ca->repairs++;
+	}
+	if (cwnd > 2 * ref + 16) {
+		tp->snd_cwnd = max_u32(min_u32(ref, tp->snd_ssthresh), 2);
+		ca->repairs++;
+	}
+	ca->last_cwnd = tp->snd_cwnd;
+}
+
 SEC("struct_ops/dctcp_init")
 void BPF_PROG(dctcp_init, struct sock *sk)
 {
@@ -148,13 +146,14 @@ void BPF_PROG(dctcp_init, struct sock *sk)
 		ca->flags = 0;
 	}
 
-	((struct dbg_snap *)((char *)inet_csk(sk)->icsk_ca_priv + 40))->reported = 0;
 	ca->prior_rcv_nxt = tp->rcv_nxt;
 	/* Start from alpha = 1 (RFC 8257 section 3.3): the first cut halves. */
 	ca->alpha = DCTCP_MAX_ALPHA;
 	ca->loss_cwnd = 0;
 	ca->ce_state = 0;
 	ca->magic = DCTCP_MAGIC;
+	ca->last_cwnd = tp->snd_cwnd;
+	ca->repairs = 0;
 	window_reset(tp, ca);
 }
 
@@ -164,14 +163,13 @@ __u32 BPF_PROG(dctcp_ssthresh, struct sock *sk)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct hbm_dctcp *ca = dctcp_ca(sk);
-	__u32 cwnd = tp->snd_cwnd;
+	__u32 cwnd;
 
-	DBG(sk, 1);
+	repair_window(tp, ca);
+	cwnd = tp->snd_cwnd;
 	ca->loss_cwnd = cwnd;
 	/* cwnd * (1 - alpha/2), alpha scaled by 1024: cwnd - cwnd*alpha/2048. */
-	__u32 r = max_u32(cwnd >> 1, 2);
-	DBGRET(sk, r);
-	return r;
+	return max_u32(cwnd - ((cwnd * ca->alpha) >> 11), 2);
 }
 
 /* Every ACK: close the window once snd_una passed its end, update alpha. */
@@ -182,7 +180,7 @@ void BPF_PROG(dctcp_update_alpha, struct sock *sk, __u32 flags)
 	struct hbm_dctcp *ca = dctcp_ca(sk);
 	__u32 alpha, delivered, delivered_ce, decay;
 
-	DBG(sk, 3);
+	repair_window(tp, ca);
 	if (ca->flags & DCTCP_F_RENO)
 		return;
 	if (seq_before(tp->snd_una, ca->next_seq))
@@ -211,6 +209,7 @@ static __always_inline void react_to_loss(struct sock *sk)
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct hbm_dctcp *ca = dctcp_ca(sk);
 
+	repair_window(tp, ca);
 	ca->loss_cwnd = tp->snd_cwnd;
 	tp->snd_ssthresh = max_u32(tp->snd_cwnd >> 1, 2);
 }
@@ -220,9 +219,6 @@ void BPF_PROG(dctcp_state, struct sock *sk, __u8 new_state)
 {
 	__u8 old = BPF_CORE_READ_BITFIELD(inet_csk(sk), icsk_ca_state);
 
-	__sync_fetch_and_add(&dbg_state_calls, 1);
-	DBG(sk, 40 + new_state);
-
 	/*
 	 * Entering fast recovery: a loss, halve as Reno does (ssthresh() alone
 	 * would cut by alpha/2). An RTO is handled in cwnd_event, so that only
@@ -230,7 +226,6 @@ void BPF_PROG(dctcp_state, struct sock *sk, __u8 new_state)
 	 */
 	if (new_state == TCP_CA_Recovery && new_state != old)
 		react_to_loss(sk);
-	DBG(sk, 60 + new_state);
 }
 
 static __always_inline void set_demand_cwr(struct tcp_sock *tp, __u32 ce_state)
@@ -272,7 +267,6 @@ void BPF_PROG(dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
 	struct hbm_dctcp *ca = dctcp_ca(sk);
 
-	DBG(sk, 50 + ev);
 	switch (ev) {
 	case CA_EVENT_ECN_IS_CE:
 		ce_state_update(sk, ca, 1);
@@ -292,24 +286,37 @@ void BPF_PROG(dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 SEC("struct_ops/dctcp_cwnd_undo")
 __u32 BPF_PROG(dctcp_cwnd_undo, struct sock *sk)
 {
-	DBG(sk, 6);
-	return max_u32(tcp_sk(sk)->snd_cwnd, dctcp_ca(sk)->loss_cwnd);
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct hbm_dctcp *ca = dctcp_ca(sk);
+	__u32 cwnd;
+
+	repair_window(tp, ca);
+	cwnd = max_u32(tp->snd_cwnd, ca->loss_cwnd);
+	ca->last_cwnd = cwnd;
+	return cwnd;
 }
 
 /* Window growth is Reno's: slow start, then one segment per RTT. */
 SEC("struct_ops/dctcp_cong_avoid")
 void BPF_PROG(dctcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
-	DBG(sk, 7);
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct hbm_dctcp *ca = dctcp_ca(sk);
+
+	repair_window(tp, ca);
 	tcp_reno_cong_avoid(sk, ack, acked);
-	DBG(sk, 8);
+	ca->last_cwnd = tp->snd_cwnd;
 }
 
 SEC(".struct_ops.link")
 struct tcp_congestion_ops dctcp = {
+	.init = (void *)dctcp_init,
+	.in_ack_event = (void *)dctcp_update_alpha,
+	.cwnd_event = (void *)dctcp_cwnd_event,
 	.ssthresh = (void *)dctcp_ssthresh,
 	.cong_avoid = (void *)dctcp_cong_avoid,
 	.undo_cwnd = (void *)dctcp_cwnd_undo,
+	.set_state = (void *)dctcp_state,
 	.flags = TCP_CONG_NEEDS_ECN,
 	.name = "dctcp",
 };
@@ -368,6 +375,7 @@ int dctcp_sockets(struct bpf_iter__tcp *ctx)
 	rec.delivered = tp->delivered;
 	rec.delivered_ce = tp->delivered_ce;
 	rec.total_retrans = tp->total_retrans;
+	rec.repairs = ca.repairs;
 
 	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
 	return 0;

@@ -30,13 +30,15 @@ struct hbm_dctcp {
 	__u32 loss_cwnd;        /* cwnd before the last reduction (for undo) */
 	__u32 flags;            /* DCTCP_F_* */
 	__u32 magic;            /* DCTCP_MAGIC once init ran: tells a live state from zeroes */
+	__u32 last_cwnd;        /* cwnd as of our last callback (a sane reference) */
+	__u32 repairs;          /* impossible windows found and repaired (see repair_window) */
 };
 
 #define DCTCP_MAGIC 0x48424d44U /* "HBMD" */
 
 /*
  * One record per socket using dctcp, written by the iter/tcp program with
- * bpf_seq_write. Fixed layout of 96 bytes, no implicit padding (the Go
+ * bpf_seq_write. Fixed layout of 104 bytes, no implicit padding (the Go
  * decoder in internal/cc/sockets.go mirrors it).
  */
 struct dctcp_sock_info {
@@ -60,6 +62,8 @@ struct dctcp_sock_info {
 	__u32 delivered;     /* packets delivered (cumulative) */
 	__u32 delivered_ce;  /* of which acknowledged as CE-marked (cumulative) */
 	__u32 total_retrans;
+	__u32 repairs;       /* hbm_dctcp.repairs */
+	__u32 _pad;
 };
 
 #endif /* HBM_DCTCP_H */

@@ -189,7 +189,7 @@ func printSockets(w io.Writer, socks []cc.Socket) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "LOCAL\tREMOTE\tSTATE\tCA\tECN\tALPHA\tCE\tCWND\tSSTHRESH\tSRTT\tDELIVERED\tCE_ECHOED\tRETRANS")
+	fmt.Fprintln(tw, "LOCAL\tREMOTE\tSTATE\tCA\tECN\tALPHA\tCE\tCWND\tSSTHRESH\tSRTT\tDELIVERED\tCE_ECHOED\tRETRANS\tREPAIRS")
 	for _, s := range socks {
 		alpha := "-"
 		if s.Alpha >= 0 {
@@ -206,8 +206,8 @@ func printSockets(w io.Writer, socks []cc.Socket) {
 		if s.CEState {
 			ce = "1"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\n",
-			s.Local, s.Remote, s.State, s.CA, ecn, alpha, ce, s.Cwnd, s.Ssthresh, s.SRTT, s.Delivered, s.DeliveredCE, s.Retrans)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\n",
+			s.Local, s.Remote, s.State, s.CA, ecn, alpha, ce, s.Cwnd, s.Ssthresh, s.SRTT, s.Delivered, s.DeliveredCE, s.Retrans, s.Repairs)
 	}
 	tw.Flush()
 }

@@ -24,7 +24,7 @@ func TestDecodeSockets(t *testing.T) {
 	v4 := sockRecord{
 		Cookie: 42, Family: 2, Sport: 5201, Dport: 40000, State: 1, CAState: 2,
 		UID: 1000, Alpha: 512, CEState: 1, ECNFlags: 1 | 4, SndCwnd: 20, SndSsthresh: 15,
-		SrttUs: 250, MSS: 1448, Delivered: 100, DeliveredCE: 30, TotalRetrans: 2,
+		SrttUs: 250, MSS: 1448, Delivered: 100, DeliveredCE: 30, TotalRetrans: 2, Repairs: 1,
 	}
 	copy(v4.Saddr[:], []byte{10, 0, 0, 1})
 	copy(v4.Daddr[:], []byte{10, 0, 0, 2})
@@ -53,7 +53,7 @@ func TestDecodeSockets(t *testing.T) {
 	if s.State != "ESTAB" || s.CA != "cwr" || s.Alpha != 0.5 || !s.CEState || !s.ECN || s.RenoFallback {
 		t.Errorf("v4 socket decoded as %+v", s)
 	}
-	if s.SRTT != 250*time.Microsecond || s.Cookie != 42 || s.DeliveredCE != 30 || s.Retrans != 2 {
+	if s.SRTT != 250*time.Microsecond || s.Cookie != 42 || s.DeliveredCE != 30 || s.Retrans != 2 || s.Repairs != 1 {
 		t.Errorf("v4 counters decoded as %+v", s)
 	}
 	s = socks[1]

@@ -25,7 +25,6 @@ const (
 	dctcpProgDctcpSsthresh    = "dctcp_ssthresh"
 	dctcpProgDctcpState       = "dctcp_state"
 	dctcpProgDctcpUpdateAlpha = "dctcp_update_alpha"
-	dctcpVarDbgStateCalls     = "dbg_state_calls"
 )
 
 // loadDctcp returns the embedded CollectionSpec for dctcp.
@@ -91,7 +90,6 @@ type dctcpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dctcpVariableSpecs struct {
-	DbgStateCalls *ebpf.VariableSpec `ebpf:"dbg_state_calls"`
 }
 
 // dctcpObjects contains all objects after they have been loaded into the kernel.
@@ -127,7 +125,6 @@ func (m *dctcpMaps) Close() error {
 //
 // It can be passed to loadDctcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dctcpVariables struct {
-	DbgStateCalls *ebpf.Variable `ebpf:"dbg_state_calls"`
 }
 
 // dctcpPrograms contains all programs after they have been loaded into the kernel.

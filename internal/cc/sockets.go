@@ -37,9 +37,11 @@ type sockRecord struct {
 	Delivered    uint32
 	DeliveredCE  uint32
 	TotalRetrans uint32
+	Repairs      uint32
+	_            uint32
 }
 
-const sockRecordSize = 96
+const sockRecordSize = 104
 
 // Socket is the DCTCP state of one TCP socket using dctcp.
 type Socket struct {
@@ -69,6 +71,10 @@ type Socket struct {
 	Delivered    uint32        `json:"delivered"`    // packets, cumulative
 	DeliveredCE  uint32        `json:"delivered_ce"` // of which echoed CE, cumulative
 	Retrans      uint32        `json:"retrans"`      // total retransmitted segments
+	// Repairs counts impossible windows (an ssthresh no callback returned,
+	// a cwnd derived from it) found and repaired on this socket; see
+	// docs/dctcp.md. Nonzero means the kernel anomaly struck.
+	Repairs uint32 `json:"repairs"`
 }
 
 var tcpStates = map[uint8]string{
@@ -99,6 +105,7 @@ func (r *sockRecord) socket() Socket {
 		Delivered:    r.Delivered,
 		DeliveredCE:  r.DeliveredCE,
 		Retrans:      r.TotalRetrans,
+		Repairs:      r.Repairs,
 	}
 	if r.Alpha <= MaxAlpha {
 		s.Alpha = float64(r.Alpha) / MaxAlpha
