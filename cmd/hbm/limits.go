@@ -21,9 +21,17 @@ func init() {
 	commands = append(commands, newSetCmd, newUnsetCmd, newShowCmd, newPruneCmd)
 }
 
-// pinDir is where state is pinned; the hidden root flag --pin-dir lets tests
-// and experiments use their own.
-var pinDir = dataplane.DefaultPinDir
+// pinDir is where state is pinned. The environment variable HBM_PIN_DIR or
+// the hidden root flag --pin-dir give tests and experiments their own, so they
+// cannot disturb the host's limits or one another.
+var pinDir = pinDirDefault()
+
+func pinDirDefault() string {
+	if d := os.Getenv("HBM_PIN_DIR"); d != "" {
+		return d
+	}
+	return dataplane.DefaultPinDir
+}
 
 func requireRoot() error {
 	if os.Geteuid() != 0 {

@@ -499,7 +499,7 @@ func describeCC(avail []string, cur, cfg string, hbmInstalled bool) string {
 	case cfg == "m":
 		s += "; dctcp is a module not loaded (modprobe tcp_dctcp), else `hbm cc`"
 	default:
-		s += "; no native dctcp"
+		s += "; no native dctcp: `hbm cc` provides a BPF one"
 	}
 	return s
 }
