@@ -1,0 +1,124 @@
+// Package result holds what `hbm eval` measures: the schema of results.json,
+// shared by the runner (internal/eval), which fills it, and the report
+// writers (internal/eval/report), which render it. Units are in the field
+// names and JSON keys so that the file reads without this source.
+package result
+
+import "time"
+
+// Version is the results.json schema version; bump it on incompatible changes.
+const Version = 1
+
+// Results is one `hbm eval` invocation: the machine it ran on and every run.
+type Results struct {
+	Version int   `json:"version"`
+	Meta    Meta  `json:"meta"`
+	Runs    []Run `json:"runs"`
+}
+
+// Meta describes the machine and the invocation, so a result can be
+// reproduced or its differences explained.
+type Meta struct {
+	Started     time.Time         `json:"started"`
+	ElapsedSec  float64           `json:"elapsed_s"`
+	Command     []string          `json:"command"`
+	Quick       bool              `json:"quick"`
+	Hostname    string            `json:"hostname"`
+	Kernel      string            `json:"kernel"` // uname -r
+	CPUs        int               `json:"cpus"`
+	HBMVersion  string            `json:"hbm_version"`
+	GoVersion   string            `json:"go_version"`
+	Sysctls     map[string]string `json:"sysctls"`      // net.ipv4.tcp_*, net.core.*mem*, kernel.bpf_stats_enabled...
+	CCAvailable []string          `json:"cc_available"` // net.ipv4.tcp_available_congestion_control
+}
+
+// Run is one scenario under one congestion control and one limiter.
+type Run struct {
+	Scenario string `json:"scenario"`
+	CC       string `json:"cc"`      // cubic, cubic-ecn, dctcp, bbr
+	Limiter  string `json:"limiter"` // hbm, htb, tbf, none
+	// Skipped says why the run did not happen (e.g. "dctcp not installable");
+	// Error says why it failed. A skipped or failed run has no figures.
+	Skipped     string  `json:"skipped,omitempty"`
+	Error       string  `json:"error,omitempty"`
+	DurationSec float64 `json:"duration_s"` // measured interval, warm-up excluded
+
+	Groups  []Group  `json:"groups"`  // one per cgroup (or receiver) with traffic
+	Classes []Class  `json:"classes"` // one per flow class
+	Links   []Link   `json:"links,omitempty"`
+	CPU     CPU      `json:"cpu"`
+	BPF     *BPFCost `json:"bpf,omitempty"` // nil when no HBM program ran
+
+	// Diagnoses are findings worth a reader's attention, such as a tail
+	// latency sitting on a kernel timer ("P99 40.2ms of rpc-10KB is near the
+	// 40 ms delayed-ACK timer").
+	Diagnoses []string `json:"diagnoses,omitempty"`
+}
+
+// Group is the traffic of one cgroup (egress scenarios) or one receiver
+// (incast) and its limit.
+type Group struct {
+	Name       string  `json:"name"`
+	Dir        string  `json:"dir"`                 // egress or ingress
+	LimitBps   uint64  `json:"limit_bps,omitempty"` // 0: unlimited
+	GoodputBps float64 `json:"goodput_bps"`         // application bytes, all classes
+	WireBps    float64 `json:"wire_bps,omitempty"`  // HBM's byte counter, headers included
+	Marked     uint64  `json:"marked"`              // HBM CE marks
+	CWR        uint64  `json:"cwr"`                 // HBM congestion return codes
+	Dropped    uint64  `json:"dropped"`             // HBM drops
+}
+
+// Class is one kind of flow in one group: an RPC size or a stream.
+type Class struct {
+	Name       string  `json:"name"` // e.g. "rpc-10KB", "rpc-1MB", "stream"
+	Group      string  `json:"group"`
+	Kind       string  `json:"kind"` // rpc or stream
+	SizeBytes  int     `json:"size_bytes,omitempty"`
+	Flows      int     `json:"flows"`
+	GoodputBps float64 `json:"goodput_bps"`
+	RPCs       int64   `json:"rpcs,omitempty"` // completed requests
+	// Latency of each request, send of the first byte to the last byte of
+	// the reply; nil for streams.
+	Latency     *Latency `json:"latency,omitempty"`
+	Retransmits uint64   `json:"retransmits"` // tcpi_total_retrans delta
+	RTTUs       float64  `json:"rtt_us"`      // mean smoothed RTT
+}
+
+// Latency is an HDR histogram's summary, in microseconds.
+type Latency struct {
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50_us"`
+	P90   float64 `json:"p90_us"`
+	P99   float64 `json:"p99_us"`
+	P999  float64 `json:"p999_us"`
+	Max   float64 `json:"max_us"`
+}
+
+// Link is a shaped or bottleneck link: the qdisc's view.
+type Link struct {
+	Name       string `json:"name"` // e.g. "bottleneck", "htb@sender"
+	Qdisc      string `json:"qdisc"`
+	RateBps    uint64 `json:"rate_bps,omitempty"`
+	Drops      uint64 `json:"drops"`
+	Overlimits uint64 `json:"overlimits"`
+	BacklogMax uint64 `json:"backlog_max_bytes,omitempty"`
+}
+
+// CPU is the machine's CPU use over the run, from /proc/stat.
+type CPU struct {
+	BusyCores    float64 `json:"busy_cores"` // (user+nice+system+irq+softirq) / wall time
+	SoftirqCores float64 `json:"softirq_cores"`
+}
+
+// BPFCost is the HBM programs' own cost, from kernel.bpf_stats_enabled
+// (run_time_ns and run_cnt per program), turned into CPU per Gbit/s as in
+// seed 004.
+type BPFCost struct {
+	Packets    uint64  `json:"packets"` // program runs
+	NsPerPkt   float64 `json:"ns_per_packet"`
+	CoresTotal float64 `json:"cores"` // run time / wall time
+	// CoresPerGbps is the CPU the programs need per Gbit/s of traffic they
+	// saw; CoresAt is that scaled to named rates (e.g. "10gbit", "100gbit").
+	CoresPerGbps float64            `json:"cores_per_gbps"`
+	CoresAt      map[string]float64 `json:"cores_at,omitempty"`
+}
