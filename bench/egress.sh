@@ -9,10 +9,11 @@
 #   DURATION  measurement seconds per cell (default 10)
 #   WARMUP    warm-up seconds per cell (default 2)
 #   RATES     comma list of limits (default 200mbit,1gbit)
-#   CCS       comma list (default cubic,cubic+ecn,bbr)
+#   CCS       comma list (default cubic,cubic+ecn,bbr,dctcp; dctcp is installed
+#             with `hbm cc install` if the kernel has none)
 #   LIMITERS  comma list (default none,hbm,htb,tbf)
 #   HBM_BIN   hbm binary (default bin/hbm; built by `make build`)
-# About 21 cells x (DURATION + WARMUP + ~1 s): ~4.5 minutes by default.
+# About 28 cells x (DURATION + WARMUP + ~1 s): ~6 minutes by default.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -62,7 +63,7 @@ secs() { case "$1" in *[a-z]) echo "$1" ;; *) echo "${1}s" ;; esac; }
 "$hbm" workload bench \
 	--name "$name" --cgroup "$group" \
 	--duration "$(secs "${DURATION:-10}")" --warmup "$(secs "${WARMUP:-2}")" \
-	--rates "${RATES:-200mbit,1gbit}" --ccs "${CCS:-cubic,cubic+ecn,bbr}" \
+	--rates "${RATES:-200mbit,1gbit}" --ccs "${CCS:-cubic,cubic+ecn,bbr,dctcp}" \
 	--limiters "${LIMITERS:-none,hbm,htb,tbf}" \
 	--streams 3 --rpc 1 --rpc-size 10KB \
 	"$@"

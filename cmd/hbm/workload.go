@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hbm-dev/hbm/internal/cc"
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/testbed"
 	"github.com/hbm-dev/hbm/internal/workload"
@@ -322,6 +323,9 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) err
 		if err := tb.SetECN(ecn); err != nil {
 			return err
 		}
+		if err := benchCC(tb, cc, stderr); err != nil {
+			return err
+		}
 		for _, lim := range o.limiters {
 			cellRates := rates
 			if lim == "none" {
@@ -352,6 +356,24 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) err
 	}
 	printBenchTable(stdout, rows, o)
 	return nil
+}
+
+// benchCC prepares congestion control cc: dctcp is installed (HBM's BPF one,
+// if the kernel has none; it stays, as `hbm cc install` would leave it) and
+// the receiver's routes use it too, so that its listener negotiates ECN and
+// echoes CE as DCTCP does. Other congestion controls clear the route setting.
+func benchCC(tb *testbed.Testbed, name string, log io.Writer) error {
+	if name != cc.DCTCP {
+		return tb.RouteCC(tb.ReceiverNS, tb.ReceiverDev, "")
+	}
+	res, err := cc.Install(name)
+	if err != nil {
+		return fmt.Errorf("bench: dctcp: %w", err)
+	}
+	if res.Outcome == cc.Installed {
+		fmt.Fprintf(log, "bench: dctcp: %s (hbm cc remove dctcp takes it away)\n", res.Detail)
+	}
+	return tb.RouteCC(tb.ReceiverNS, tb.ReceiverDev, name)
 }
 
 // benchCell installs the limiter, runs the workload and removes the limiter.

@@ -351,23 +351,14 @@ func TestCCRemoveWhileInUse(t *testing.T) {
 // ends, and a Linux listener accepts ECN on a DCTCP (ECT-marked) SYN only
 // if its own congestion control needs ECN. The workload server sets no
 // congestion control, so the receiver's route to the sender carries
-// `congctl dctcp` (per-route congestion control, which also marks the
-// route ECN-capable).
+// `congctl dctcp` (testbed.RouteCC).
 func dctcpLab(t *testing.T, name string) *egLab {
 	t.Helper()
 	ccIsolate(t)
 	ccOK(t, "cc", "install", "dctcp")
 	l := egSetup(t, name)
-	out, err := exec.Command("ip", "-n", l.tb.ReceiverNS, "-4", "route", "show", "dev", l.tb.ReceiverDev).Output()
-	if err != nil {
-		t.Fatalf("receiver routes: %v", err)
-	}
-	for _, route := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		args := append([]string{"-n", l.tb.ReceiverNS, "route", "change"}, strings.Fields(route)...)
-		args = append(args, "dev", l.tb.ReceiverDev, "congctl", "dctcp")
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
+	if err := l.tb.RouteCC(l.tb.ReceiverNS, l.tb.ReceiverDev, "dctcp"); err != nil {
+		t.Fatal(err)
 	}
 	return l
 }
