@@ -97,7 +97,7 @@ func fmtFloat(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return dash
 	}
-	if v != 0 && math.Abs(v) < 0.01 {
+	if v != 0 && math.Abs(v) < 1 {
 		return strconv.FormatFloat(v, 'g', 3, 64)
 	}
 	return sig3(v)

@@ -33,7 +33,7 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 		for i, c := range cells {
 			cells[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(c)
 		}
-		fmt.Fprintf(tw, "%s\t\n", strings.Join(cells, "\t"))
+		fmt.Fprintf(tw, "%s\n", strings.Join(cells, "\t"))
 	}
 	row("SCENARIO", "CC", "LIMITER", "GOODPUT", "OF LIMIT", strings.ToUpper(p99)+" P99", "RETRANS", "HBM DROPS", "QDISC DROPS", "DIAGNOSES")
 	var notDone []string

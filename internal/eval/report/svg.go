@@ -13,9 +13,9 @@ type barChart struct {
 	Title  string
 	Groups []string // x categories; "\n" splits a label over two lines
 	Series []series
-	Log    bool                // logarithmic y axis (values <= 0 are not drawn)
+	Log    bool                 // logarithmic y axis (values <= 0 are not drawn)
 	Format func(float64) string // tick and tooltip labels
-	Refs   []ref               // dashed horizontal reference lines
+	Refs   []ref                // dashed horizontal reference lines
 }
 
 type series struct {
@@ -83,6 +83,19 @@ func logTicks(lo, hi float64) []float64 {
 	return ticks
 }
 
+// tickLabel drops the trailing zeros of a formatted tick: "1.00 ms" -> "1 ms".
+func tickLabel(s string) string {
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' && r != '-' })
+	if i < 0 {
+		i = len(s)
+	}
+	num := s[:i]
+	if strings.Contains(num, ".") {
+		num = strings.TrimSuffix(strings.TrimRight(num, "0"), ".")
+	}
+	return num + s[i:]
+}
+
 func esc(s string) string { return template.HTMLEscapeString(s) }
 
 // svg renders the chart as an inline <svg> element (no xmlns: HTML5 knows
@@ -92,6 +105,9 @@ func (c *barChart) svg() template.HTML {
 	gw := max(64, ns*12+16)
 	bw := min(24, (gw-16)/ns)
 	plotW := max(len(c.Groups)*gw, 280)
+	if len(c.Groups) > 0 {
+		gw = plotW / len(c.Groups)
+	}
 	width := padLeft + plotW + padRight
 
 	// Legend layout: items flow left to right, wrapping.
@@ -160,7 +176,7 @@ func (c *barChart) svg() template.HTML {
 	}
 	for _, t := range ticks {
 		p(`<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, padLeft, right, y(t), y(t))
-		p(`<text class="tick" x="%d" y="%.1f" text-anchor="end">%s</text>`, padLeft-4, y(t)+4, esc(c.Format(t)))
+		p(`<text class="tick" x="%d" y="%.1f" text-anchor="end">%s</text>`, padLeft-4, y(t)+4, esc(tickLabel(c.Format(t))))
 	}
 	for gi, g := range c.Groups {
 		x0 := padLeft + gi*gw + (gw-ns*bw)/2
