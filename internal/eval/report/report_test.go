@@ -75,6 +75,8 @@ func TestFormat(t *testing.T) {
 		{tickLabel("41.7k"), "41.7k"},
 		{tickLabel("20.0k"), "20k"},
 		{tickLabel("0"), "0"},
+		{tickLabel("0 bit/s"), "0"},
+		{tickLabel("0.00 bit/s"), "0"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

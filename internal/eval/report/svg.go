@@ -32,11 +32,13 @@ type ref struct {
 var palette = []string{"#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"}
 
 const (
-	padLeft   = 64
+	padLeft   = 48 // at least; wider for long tick labels
 	padRight  = 16
 	padTop    = 30
 	plotH     = 200
+	minPlotW  = 280
 	legendRow = 16
+	charW     = 7 // a generous width of an 11px character
 )
 
 // linearTicks returns 0, step, ..., a multiple of step at or above hi, with
@@ -93,6 +95,9 @@ func tickLabel(s string) string {
 	if strings.Contains(num, ".") {
 		num = strings.TrimSuffix(strings.TrimRight(num, "0"), ".")
 	}
+	if num == "0" { // zero needs no unit
+		return num
+	}
 	return num + s[i:]
 }
 
@@ -101,31 +106,7 @@ func esc(s string) string { return template.HTMLEscapeString(s) }
 // svg renders the chart as an inline <svg> element (no xmlns: HTML5 knows
 // it, and the report holds no URL at all).
 func (c *barChart) svg() template.HTML {
-	ns := max(len(c.Series), 1)
-	gw := max(64, ns*12+16)
-	bw := min(24, (gw-16)/ns)
-	plotW := max(len(c.Groups)*gw, 280)
-	if len(c.Groups) > 0 {
-		gw = plotW / len(c.Groups)
-	}
-	width := padLeft + plotW + padRight
-
-	// Legend layout: items flow left to right, wrapping.
-	type item struct{ x, row int }
-	var items []item
-	x, row := 0, 0
-	for _, s := range c.Series {
-		w := 18 + 7*len([]rune(s.Name)) + 14
-		if x > 0 && x+w > plotW {
-			x, row = 0, row+1
-		}
-		items = append(items, item{x, row})
-		x += w
-	}
-	legendTop := padTop + plotH + 36
-	height := legendTop + (row+1)*legendRow + 6
-
-	// The y scale.
+	// The y scale, and the left margin its labels need.
 	var vals []float64
 	for _, s := range c.Series {
 		for _, v := range s.Values {
@@ -160,26 +141,57 @@ func (c *barChart) svg() template.HTML {
 		top := ticks[len(ticks)-1]
 		y = func(v float64) float64 { return bottom - max(v, 0)/top*plotH }
 	}
+	labels := make([]string, len(ticks))
+	left := padLeft
+	for i, t := range ticks {
+		labels[i] = tickLabel(c.Format(t))
+		left = max(left, 10+charW*len([]rune(labels[i])))
+	}
+
+	// The x layout: clusters spread over at least minPlotW pixels.
+	ns := max(len(c.Series), 1)
+	gw := max(64, ns*12+16)
+	bw := min(24, (gw-16)/ns)
+	plotW := max(len(c.Groups)*gw, minPlotW)
+	if len(c.Groups) > 0 {
+		gw = plotW / len(c.Groups)
+	}
+	right := left + plotW
+	width := right + padRight
+
+	// The legend: items flow left to right under the plot, wrapping.
+	type item struct{ x, row int }
+	var items []item
+	x, row := 0, 0
+	for _, s := range c.Series {
+		w := 18 + charW*len([]rune(s.Name)) + 14
+		if x > 0 && x+w > plotW {
+			x, row = 0, row+1
+		}
+		items = append(items, item{x, row})
+		x += w
+	}
+	legendTop := padTop + plotH + 48 // below the two-line group labels
+	height := legendTop + (row+1)*legendRow + 6
 
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p(`<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`, width, height, width, height, esc(c.Title))
 	p(`<title>%s</title>`, esc(c.Title))
-	p(`<text class="title" x="%d" y="18">%s</text>`, padLeft, esc(c.Title))
-	right := padLeft + plotW
+	p(`<text class="title" x="%d" y="18">%s</text>`, left, esc(c.Title))
 	if c.Log { // minor grid: 2..9 times each decade
 		for _, t := range ticks[:len(ticks)-1] {
 			for m := 2.0; m < 10; m++ {
-				p(`<line class="minor" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, padLeft, right, y(m*t), y(m*t))
+				p(`<line class="minor" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, left, right, y(m*t), y(m*t))
 			}
 		}
 	}
-	for _, t := range ticks {
-		p(`<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, padLeft, right, y(t), y(t))
-		p(`<text class="tick" x="%d" y="%.1f" text-anchor="end">%s</text>`, padLeft-4, y(t)+4, esc(tickLabel(c.Format(t))))
+	for i, t := range ticks {
+		p(`<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, left, right, y(t), y(t))
+		p(`<text class="tick" x="%d" y="%.1f" text-anchor="end">%s</text>`, left-4, y(t)+4, esc(labels[i]))
 	}
 	for gi, g := range c.Groups {
-		x0 := padLeft + gi*gw + (gw-ns*bw)/2
+		x0 := left + gi*gw + (gw-ns*bw)/2
 		for si, s := range c.Series {
 			if gi >= len(s.Values) {
 				continue
@@ -193,20 +205,20 @@ func (c *barChart) svg() template.HTML {
 				x0+si*bw, top, bw-1, bottom-top, palette[si%len(palette)],
 				esc(strings.ReplaceAll(g, "\n", " ")), esc(s.Name), esc(c.Format(v)))
 		}
-		cx := padLeft + gi*gw + gw/2
+		cx := left + gi*gw + gw/2
 		for li, line := range strings.SplitN(g, "\n", 2) {
 			p(`<text class="label" x="%d" y="%.0f" text-anchor="middle">%s</text>`, cx, bottom+14+float64(li*12), esc(line))
 		}
 	}
 	for _, r := range c.Refs {
 		ry := y(r.Value)
-		p(`<line class="ref" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, padLeft, right, ry, ry)
+		p(`<line class="ref" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/>`, left, right, ry, ry)
 		p(`<text class="reflabel" x="%d" y="%.1f" text-anchor="end">%s</text>`, right-2, ry-3, esc(r.Label))
 	}
-	p(`<line class="axis" x1="%d" x2="%d" y1="%d" y2="%d"/>`, padLeft, padLeft, padTop, padTop+plotH)
-	p(`<line class="axis" x1="%d" x2="%d" y1="%d" y2="%d"/>`, padLeft, right, padTop+plotH, padTop+plotH)
+	p(`<line class="axis" x1="%d" x2="%d" y1="%d" y2="%d"/>`, left, left, padTop, padTop+plotH)
+	p(`<line class="axis" x1="%d" x2="%d" y1="%d" y2="%d"/>`, left, right, padTop+plotH, padTop+plotH)
 	for i, s := range c.Series {
-		lx, ly := padLeft+items[i].x, legendTop+items[i].row*legendRow
+		lx, ly := left+items[i].x, legendTop+items[i].row*legendRow
 		p(`<rect x="%d" y="%d" width="12" height="12" fill="%s"/>`, lx, ly-10, palette[i%len(palette)])
 		p(`<text class="legend" x="%d" y="%d">%s</text>`, lx+16, ly, esc(s.Name))
 	}
