@@ -35,6 +35,8 @@ svg .ref { stroke: #a00; stroke-dasharray: 4 3; }
 </head>
 <body>
 <h1>hbm eval report</h1>
+<p>Charts: one cluster of bars per run (congestion control over limiter); hover over a bar for its value.
+Dashed lines mark limits and, on the latency chart, the 40 ms delayed-ACK and 200 ms minimum-RTO timers.</p>
 <table>
 {{range .Meta}}<tr><th>{{.K}}</th><td>{{.V}}</td></tr>
 {{end}}</table>

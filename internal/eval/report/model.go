@@ -272,7 +272,9 @@ func (s *scenario) tables() []table {
 		bpf := []string{dash, dash, dash, dash}
 		if b := run.BPF; b != nil {
 			var at []string
-			for _, k := range sortedKeys(b.CoresAt) {
+			keys := sortedKeys(b.CoresAt) // then by cores, which grow with the rate: 10gbit before 100gbit
+			sort.SliceStable(keys, func(i, j int) bool { return b.CoresAt[keys[i]] < b.CoresAt[keys[j]] })
+			for _, k := range keys {
 				at = append(at, k+": "+fmtFloat(b.CoresAt[k]))
 			}
 			bpf = []string{fmtFloat(b.NsPerPkt), fmtFloat(b.CoresTotal), fmtFloat(b.CoresPerGbps), strings.Join(at, ", ")}
