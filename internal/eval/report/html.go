@@ -1,0 +1,164 @@
+package report
+
+import (
+	"html/template"
+	"io"
+	"math"
+
+	"github.com/hbm-dev/hbm/internal/eval/result"
+)
+
+// The page is also well-formed XML (void elements closed, no named
+// entities) so that tests can parse it with encoding/xml, and it refers to
+// nothing outside itself: no scripts, fonts, images or links.
+var page = template.Must(template.New("report").Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8"/>
+<meta name="viewport" content="width=device-width, initial-scale=1"/>
+<title>hbm eval report</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 100em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; } h3 { font-size: 1em; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 0.2em 0.6em; text-align: left; white-space: nowrap; }
+th { background: #f3f3f3; } td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.charts { display: flex; flex-wrap: wrap; gap: 1em; }
+svg.chart { font-size: 11px; background: #fff; border: 1px solid #eee; }
+svg .title { font-size: 13px; font-weight: bold; fill: #222; }
+svg .tick, svg .label, svg .legend { fill: #333; }
+svg .reflabel { fill: #a00; font-size: 10px; }
+svg .grid { stroke: #ddd; } svg .minor { stroke: #f2f2f2; } svg .axis { stroke: #333; }
+svg .ref { stroke: #a00; stroke-dasharray: 4 3; }
+.diag li { color: #7a4b00; } .skip li { color: #666; }
+</style>
+</head>
+<body>
+<h1>hbm eval report</h1>
+<p>Charts: one cluster of bars per run (congestion control over limiter); hover over a bar for its value.
+Dashed lines mark limits and, on the latency chart, the 40 ms delayed-ACK and 200 ms minimum-RTO timers.</p>
+<table>
+{{range .Meta}}<tr><th>{{.K}}</th><td>{{.V}}</td></tr>
+{{end}}</table>
+{{if .Sysctls}}<details><summary>sysctls ({{len .Sysctls}})</summary>
+<table>
+{{range .Sysctls}}<tr><th>{{.K}}</th><td>{{.V}}</td></tr>
+{{end}}</table>
+</details>
+{{end}}
+{{if not .Scenarios}}<p>No runs.</p>
+{{end}}
+{{range .Scenarios}}<h2>{{.Name}}</h2>
+{{if .Charts}}<div class="charts">
+{{range .Charts}}{{.}}
+{{end}}</div>
+{{else}}<p>No completed runs.</p>
+{{end}}
+{{range .Tables}}{{$t := .}}<h3>{{.Title}}</h3>
+<table>
+<tr>{{range $i, $h := .Header}}<th{{if $t.IsNum $i}} class="num"{{end}}>{{$h}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range $i, $c := .}}<td{{if $t.IsNum $i}} class="num"{{end}}>{{$c}}</td>{{end}}</tr>
+{{end}}</table>
+{{end}}
+{{if .NotDone}}<h3>Skipped and failed runs</h3>
+<ul class="skip">
+{{range .NotDone}}<li>{{.}}</li>
+{{end}}</ul>
+{{end}}
+{{if .Diagnoses}}<h3>Diagnoses</h3>
+<ul class="diag">
+{{range .Diagnoses}}<li>{{.}}</li>
+{{end}}</ul>
+{{end}}
+{{end}}
+</body>
+</html>
+`))
+
+type htmlScenario struct {
+	Name      string
+	Charts    []template.HTML
+	Tables    []table
+	NotDone   []string
+	Diagnoses []string
+}
+
+// WriteHTML writes report.html: the Markdown report's tables and, per
+// scenario, charts like the seed slides' (goodput per class, RPC P99 on a
+// log scale, retransmissions, drops), in one file that needs no network and
+// no JavaScript.
+func WriteHTML(w io.Writer, r *result.Results) error {
+	data := struct {
+		Meta, Sysctls []kv
+		Scenarios     []htmlScenario
+	}{Meta: metaRows(&r.Meta), Sysctls: sysctlRows(&r.Meta)}
+	for _, s := range scenarios(r) {
+		data.Scenarios = append(data.Scenarios, htmlScenario{
+			Name: s.Name, Charts: s.charts(), Tables: s.tables(), NotDone: s.notDone(), Diagnoses: s.diagnoses(),
+		})
+	}
+	return page.Execute(w, data)
+}
+
+// charts draws a scenario's completed runs, one cluster of bars per run.
+func (s *scenario) charts() []template.HTML {
+	if len(s.Done) == 0 {
+		return nil
+	}
+	var labels []string
+	for _, run := range s.Done {
+		labels = append(labels, run.CC+"\n"+run.Limiter)
+	}
+	perRun := func(name string, f func(*result.Run) float64) series {
+		sr := series{Name: name}
+		for _, run := range s.Done {
+			sr.Values = append(sr.Values, f(run))
+		}
+		return sr
+	}
+	perClass := func(keys []string, f func(*result.Class) float64) []series {
+		var out []series
+		for _, k := range keys {
+			out = append(out, perRun(k, func(run *result.Run) float64 {
+				if c := s.class(run, k); c != nil {
+					return f(c)
+				}
+				return math.NaN()
+			}))
+		}
+		return out
+	}
+
+	rate := barChart{Title: "Goodput per class", Groups: labels, Format: fmtRate,
+		Series: append([]series{perRun("all", goodput)}, perClass(s.Classes, func(c *result.Class) float64 { return c.GoodputBps })...)}
+	seen := map[uint64]bool{}
+	for _, run := range s.Done {
+		for _, g := range run.Groups {
+			if g.LimitBps > 0 && !seen[g.LimitBps] {
+				seen[g.LimitBps] = true
+				rate.Refs = append(rate.Refs, ref{float64(g.LimitBps), "limit " + fmtRate(float64(g.LimitBps))})
+			}
+		}
+	}
+	out := []template.HTML{rate.svg()}
+
+	if len(s.RPCClasses) > 0 {
+		p99 := barChart{Title: "RPC P99 latency (log scale)", Groups: labels, Log: true, Format: fmtDur,
+			Series: perClass(s.RPCClasses, func(c *result.Class) float64 {
+				if c.Latency == nil || c.Latency.Count == 0 {
+					return math.NaN()
+				}
+				return c.Latency.P99
+			}),
+			Refs: []ref{{delackMinUs, "40 ms delayed ACK"}, {rtoMinUs, "200 ms min RTO"}}}
+		out = append(out, p99.svg())
+	}
+
+	retx := barChart{Title: "Retransmissions", Groups: labels, Format: fmtSI,
+		Series: perClass(s.Classes, func(c *result.Class) float64 { return float64(c.Retransmits) })}
+	drops := barChart{Title: "Drops", Groups: labels, Format: fmtSI, Series: []series{
+		perRun("HBM drops", func(run *result.Run) float64 { return float64(count(run).HBMDrops) }),
+		perRun("qdisc drops", func(run *result.Run) float64 { return float64(count(run).QdiscDrops) }),
+	}}
+	return append(out, retx.svg(), drops.svg())
+}
