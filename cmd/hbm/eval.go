@@ -81,6 +81,11 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 			return usagef("--limiter: unknown limiter %q (%s)", l, strings.Join(eval.Limiters, ", "))
 		}
 	}
+	for _, c := range f.ccs {
+		if !eval.ValidCC(c) {
+			return usagef("--cc: bad congestion control %q (e.g. cubic, cubic-ecn, dctcp, bbr)", c)
+		}
+	}
 	if f.duration < 0 || f.warmup < 0 {
 		return usagef("--duration and --warmup must not be negative")
 	}

@@ -289,8 +289,10 @@ func parseDuration(field, s string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// validCC reports whether name is a congestion control an eval can ask for:
+// ValidCC reports whether name is a congestion control an eval can ask for:
 // a kernel name, optionally with "-ecn" (ECN on in every host).
+func ValidCC(name string) bool { return validCC(name) }
+
 func validCC(name string) bool {
 	base, _ := strings.CutSuffix(name, "-ecn")
 	return ccRE.MatchString(base)
