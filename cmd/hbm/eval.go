@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -115,6 +117,11 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 // evalAndReport runs, writes the files (also after a failure or Ctrl-C,
 // with what was measured) and prints the summary.
 func evalAndReport(ctx context.Context, stdout, stderr io.Writer, scens []*eval.Scenario, o eval.Options, out string) error {
+	// A closed output pipe (hbm eval | head) must not kill the eval before
+	// it cleans up: with SIGPIPE notified, writes fail with EPIPE instead.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	res, err := eval.Run(ctx, scens, o)
 	if res == nil {
 		return err
