@@ -41,7 +41,7 @@ test: build
 test-unit:
 	$(GO) test -count=1 -short ./...
 
-## demo: build, then show a limit working on a built-in namespace testbed.
+## demo: build, then a quick built-in comparison (hbm eval egress-200m --quick: hbm vs htb vs tbf vs none).
 demo: build
 	./$(BIN) demo
 

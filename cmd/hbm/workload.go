@@ -134,6 +134,7 @@ once connected.`,
 	f.StringVar(&cfg.CC, "cc", "", "TCP congestion control of every socket (default: the system's)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&script, "script", false, "take measurement windows from stdin (see above)")
+	f.BoolVar(&cfg.Hist, "hist", false, "include the RPC latency histogram in the JSON result (to merge clients)")
 	return cmd
 }
 

@@ -11,6 +11,9 @@ import (
 // HBM drives an hbm binary through its CLI (set, unset, show --json).
 type HBM struct {
 	Bin string
+	// PinDir, if set, is passed as --pin-dir: the state of this HBM is kept
+	// apart from the machine's (used by hbm eval).
+	PinDir string
 }
 
 // Counters are one direction of a group in `hbm show --json`.
@@ -43,8 +46,14 @@ type GroupStatus struct {
 func (h HBM) run(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if h.PinDir != "" {
+		args = append(args, "--pin-dir", h.PinDir)
+	}
 	return outputCtx(ctx, h.Bin, args...)
 }
+
+// Run runs hbm with args (bounded to 30s) and returns its standard output.
+func (h HBM) Run(args ...string) (string, error) { return h.run(args...) }
 
 // Set limits cgroup's egress to rate (tc units, e.g. "200mbit"), with extra
 // `hbm set` flags (e.g. "--no-pace").

@@ -29,6 +29,9 @@ type Config struct {
 	Warmup    time.Duration // before the measurement window
 	Duration  time.Duration // measurement window (the whole run in script mode)
 	CC        string        // TCP congestion control for every socket ("" = default)
+	// Hist adds the RPC latency histogram itself to each Result, so results
+	// of several clients can be merged (MergeLatency).
+	Hist bool
 
 	ConnectTimeout time.Duration // whole connect phase (default 5s)
 	ControlTimeout time.Duration // each server snapshot (default 2s)
@@ -128,6 +131,45 @@ type Result struct {
 
 	RPC      Latency  `json:"rpc"`
 	Warnings []string `json:"warnings,omitempty"`
+
+	// Hist is the RPC latency histogram (microseconds), when Config.Hist.
+	Hist *hdrhistogram.Snapshot `json:"hist,omitempty"`
+}
+
+// NewHistogram returns an empty latency histogram as the client keeps them:
+// 1 us to 600 s, 3 significant figures.
+func NewHistogram() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600_000_000, 3) }
+
+// Summarize turns a histogram of microseconds into a Latency.
+func Summarize(h *hdrhistogram.Histogram) Latency {
+	l := Latency{Count: h.TotalCount()}
+	if l.Count > 0 {
+		l.Mean = h.Mean()
+		l.P50 = float64(h.ValueAtQuantile(50))
+		l.P90 = float64(h.ValueAtQuantile(90))
+		l.P99 = float64(h.ValueAtQuantile(99))
+		l.P999 = float64(h.ValueAtQuantile(99.9))
+		l.Max = float64(h.Max())
+	}
+	return l
+}
+
+// MergeLatency merges the histograms of several results (all with Hist) and
+// summarizes them; the in-flight maximum is the largest of theirs. ok is
+// false when a result has no histogram.
+func MergeLatency(rs []*Result) (l Latency, ok bool) {
+	h := NewHistogram()
+	for _, r := range rs {
+		if r.Hist == nil {
+			return Latency{}, false
+		}
+		h.Merge(hdrhistogram.Import(r.Hist))
+	}
+	l = Summarize(h)
+	for _, r := range rs {
+		l.InFlightMax = max(l.InFlightMax, r.RPC.InFlightMax)
+	}
+	return l, true
 }
 
 type counters struct {
@@ -393,7 +435,7 @@ func (c *Client) Begin(name string) error {
 	if err != nil {
 		return err
 	}
-	h := hdrhistogram.New(1, 600_000_000, 3)
+	h := NewHistogram()
 	s := &segment{name: name, start: time.Now(), info0: info0, srv0: make(chan serverSnap, 1), hist: h}
 	c.mu.Lock()
 	if c.seg != nil {
@@ -490,15 +532,9 @@ func (c *Client) End() (*Result, error) {
 		r.Cwnd = s.cwndSum / float64(s.rttN)
 	}
 	c.mu.Unlock()
-	h := s.hist
-	r.RPC = Latency{Count: h.TotalCount()}
-	if r.RPC.Count > 0 {
-		r.RPC.Mean = h.Mean()
-		r.RPC.P50 = float64(h.ValueAtQuantile(50))
-		r.RPC.P90 = float64(h.ValueAtQuantile(90))
-		r.RPC.P99 = float64(h.ValueAtQuantile(99))
-		r.RPC.P999 = float64(h.ValueAtQuantile(99.9))
-		r.RPC.Max = float64(h.Max())
+	r.RPC = Summarize(s.hist)
+	if c.cfg.Hist && len(c.rpc) > 0 {
+		r.Hist = s.hist.Export()
 	}
 	for i := range c.inflight {
 		if t0 := c.inflight[i].Load(); t0 != 0 {

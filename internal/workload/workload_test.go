@@ -282,3 +282,41 @@ func TestScript(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeLatency: two clients against servers with different reply delays
+// merge into one histogram whose percentiles sit at the delays.
+func TestMergeLatency(t *testing.T) {
+	var rs []*Result
+	for _, delay := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond} {
+		addr := startServer(t, "tcp4", "127.0.0.1:0", delay)
+		r, err := Run(context.Background(), Config{
+			Addr: addr, RPCs: 1, RPCSize: 10 << 10, Duration: time.Second, Hist: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Hist == nil {
+			t.Fatal("no histogram with Hist set")
+		}
+		rs = append(rs, r)
+	}
+	l, ok := MergeLatency(rs)
+	if !ok {
+		t.Fatal("merge failed")
+	}
+	t.Logf("merged: %+v", l)
+	if l.Count != rs[0].RPC.Count+rs[1].RPC.Count {
+		t.Errorf("merged count %d, want %d + %d", l.Count, rs[0].RPC.Count, rs[1].RPC.Count)
+	}
+	// About 4 of 5 requests went to the 5 ms server: the median is near
+	// 5 ms, the P99 and max near 20 ms.
+	if l.P50 < 5000 || l.P50 > 10000 {
+		t.Errorf("merged P50 %.0fus, want 5..10 ms", l.P50)
+	}
+	if l.P99 < 20000 || l.P99 > 30000 || l.Max < 20000 {
+		t.Errorf("merged P99 %.0fus max %.0fus, want 20..30 ms", l.P99, l.Max)
+	}
+	if _, ok := MergeLatency([]*Result{{}}); ok {
+		t.Error("merged a result without a histogram")
+	}
+}

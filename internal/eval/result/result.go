@@ -53,6 +53,9 @@ type Run struct {
 	// latency sitting on a kernel timer ("P99 40.2ms of rpc-10KB is near the
 	// 40 ms delayed-ACK timer").
 	Diagnoses []string `json:"diagnoses,omitempty"`
+	// Notes are the runner's remarks: how an "auto" limit was chosen,
+	// warnings of the workload clients, missing statistics.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Group is the traffic of one cgroup (egress scenarios) or one receiver
@@ -80,8 +83,13 @@ type Class struct {
 	// Latency of each request, send of the first byte to the last byte of
 	// the reply; nil for streams.
 	Latency     *Latency `json:"latency,omitempty"`
-	Retransmits uint64   `json:"retransmits"` // tcpi_total_retrans delta
-	RTTUs       float64  `json:"rtt_us"`      // mean smoothed RTT
+	Retransmits uint64   `json:"retransmits"`  // tcpi_total_retrans delta
+	RTTUs       float64  `json:"rtt_us"`       // mean smoothed RTT
+	RTTMaxUs    float64  `json:"rtt_max_us"`   // largest smoothed RTT sampled
+	DeliveredCE uint64   `json:"delivered_ce"` // tcpi_delivered_ce delta: CE echoes the senders saw
+	// InFlightMaxUs is the age of the oldest request still unanswered when
+	// the window closed: a stalled RPC shows here, not in Latency.
+	InFlightMaxUs float64 `json:"inflight_max_us,omitempty"`
 }
 
 // Latency is an HDR histogram's summary, in microseconds.

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hbm-dev/hbm/internal/eval"
+	"github.com/hbm-dev/hbm/internal/eval/report"
+)
+
+func init() { commands = append(commands, newEvalCmd) }
+
+type evalFlags struct {
+	out              string
+	quick, list      bool
+	ccs, limiters    []string
+	duration, warmup time.Duration
+}
+
+func newEvalCmd() *cobra.Command {
+	var f evalFlags
+	cmd := &cobra.Command{
+		Use:   "eval [SCENARIO...]",
+		Short: "Run the seed evaluations (or your scenario files) on namespace testbeds",
+		Long: `Runs evaluation scenarios, every host a network namespace on this machine, once
+per congestion control and limiter (hbm, tc htb, tc tbf, none), and writes
+DIR/results.json (every figure and the machine's metadata), DIR/report.md and
+DIR/report.html. Prints progress while it runs and a summary table at the end.
+
+SCENARIO is a built-in scenario's name (see --list) or a YAML file's path
+(format: docs/eval.md); none means every built-in. HBM's state for the eval
+is kept in a private pin directory: limits set on this machine are not
+touched. Everything created is removed at the end, on failure and on Ctrl-C.
+Needs root.`,
+		Example: `  hbm eval --list
+  hbm eval egress-200m --quick
+  hbm eval egress-1g incast --cc cubic,dctcp --limiter hbm,none --out /tmp/ev
+  hbm eval ./my-scenario.yaml`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.list {
+				return listScenarios(cmd.OutOrStdout())
+			}
+			return runEval(cmd, args, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.out, "out", "", "output directory (default ./hbm-eval-YYYYMMDD-HHMMSS)")
+	fl.BoolVar(&f.quick, "quick", false, "short runs (3s + 1s warm-up) of a reduced matrix (each scenario's quick: section)")
+	fl.StringSliceVar(&f.ccs, "cc", nil, "congestion controls to run instead of the scenarios' (cubic, cubic-ecn, dctcp, bbr, ...)")
+	fl.StringSliceVar(&f.limiters, "limiter", nil, "limiters to run instead of the scenarios' (hbm, htb, tbf, none)")
+	fl.DurationVar(&f.duration, "duration", 0, "measurement window per run instead of the scenarios'")
+	fl.DurationVar(&f.warmup, "warmup", 0, "warm-up per run instead of the scenarios'")
+	fl.BoolVar(&f.list, "list", false, "list the built-in scenarios and exit")
+	return cmd
+}
+
+func listScenarios(w io.Writer) error {
+	ss, err := eval.Builtins()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tRUNS\tDESCRIPTION")
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%s\t%d x %d\t%s\n", s.Name, len(s.CCs), len(s.Limiters), s.Description)
+	}
+	return tw.Flush()
+}
+
+func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
+	for _, l := range f.limiters {
+		if !contains(eval.Limiters, l) {
+			return usagef("--limiter: unknown limiter %q (%s)", l, strings.Join(eval.Limiters, ", "))
+		}
+	}
+	for _, c := range f.ccs {
+		if !eval.ValidCC(c) {
+			return usagef("--cc: bad congestion control %q (e.g. cubic, cubic-ecn, dctcp, bbr)", c)
+		}
+	}
+	if f.duration < 0 || f.warmup < 0 {
+		return usagef("--duration and --warmup must not be negative")
+	}
+	scens, err := eval.Load(args)
+	if err != nil {
+		return usageError{err}
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("eval needs root (network namespaces, cgroups, BPF)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	out := f.out
+	if out == "" {
+		out = "hbm-eval-" + time.Now().Format("20060102-150405")
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	return evalAndReport(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), scens, eval.Options{
+		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup,
+		Log: cmd.ErrOrStderr(), Command: os.Args, Version: version,
+	}, out)
+}
+
+// evalAndReport runs, writes the files (also after a failure or Ctrl-C,
+// with what was measured) and prints the summary.
+func evalAndReport(ctx context.Context, stdout, stderr io.Writer, scens []*eval.Scenario, o eval.Options, out string) error {
+	// A closed output pipe (hbm eval | head) must not kill the eval before
+	// it cleans up: with SIGPIPE notified, writes fail with EPIPE instead.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+	res, err := eval.Run(ctx, scens, o)
+	if res == nil {
+		return err
+	}
+	if werr := eval.WriteFiles(out, res); werr != nil {
+		return errors.Join(err, werr)
+	}
+	fmt.Fprintf(stderr, "eval: %d runs in %.0fs; wrote %s/results.json, report.md, report.html\n", len(res.Runs), res.Meta.ElapsedSec, out)
+	if serr := report.WriteSummary(stdout, res); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return err
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

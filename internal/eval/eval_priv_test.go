@@ -1,0 +1,165 @@
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/eval/result"
+	"github.com/hbm-dev/hbm/internal/testutil"
+)
+
+// TestEvalEndToEnd runs the quick egress-200m comparison (hbm and htb,
+// cubic-ecn) and checks the figures are present and sane: hbm holds its
+// limit, and htb's queue shows in the 10 KB RPC tail where hbm's does not.
+func TestEvalEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: needs root, namespaces and BPF")
+	}
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "ip")
+	testutil.RequireCommand(t, "tc")
+	bin := testutil.HBMBinary(t)
+	if _, err := cgroup.Mount(); err != nil {
+		testutil.Missing(t, "cgroup2", err)
+	}
+	scens, err := Load([]string{"egress-200m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Timing figures are noisy on a shared machine: the latency comparison
+	// gets a second attempt (the sanity checks do not).
+	for attempt := 1; ; attempt++ {
+		hbmP99, htbP99 := evalOnce(t, scens, bin)
+		if htbP99 > hbmP99 {
+			break
+		}
+		if attempt == 2 {
+			t.Errorf("htb's 10 KB P99 %.0fus not above hbm's %.0fus (twice)", htbP99, hbmP99)
+			break
+		}
+		t.Logf("attempt %d: htb's 10 KB P99 %.0fus not above hbm's %.0fus; trying again", attempt, htbP99, hbmP99)
+	}
+	assertClean(t)
+}
+
+func evalOnce(t *testing.T, scens []*Scenario, bin string) (hbmP99, htbP99 float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var log strings.Builder
+	start := time.Now()
+	res, err := Run(ctx, scens, Options{
+		Bin: bin, Quick: true, CCs: []string{"cubic-ecn"}, Limiters: []string{"hbm", "htb"}, Log: &log,
+	})
+	t.Logf("eval took %v:\n%s", time.Since(start), log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(res.Runs))
+	}
+	p99 := map[string]float64{}
+	for _, run := range res.Runs {
+		if run.Skipped != "" || run.Error != "" {
+			t.Fatalf("%s: skipped %q error %q", run.Limiter, run.Skipped, run.Error)
+		}
+		if run.DurationSec < 2 || run.DurationSec > 5 {
+			t.Errorf("%s: window %.2fs, want about 3s", run.Limiter, run.DurationSec)
+		}
+		if len(run.Groups) != 1 || len(run.Classes) != 3 {
+			t.Fatalf("%s: %d groups %d classes, want 1 and 3", run.Limiter, len(run.Groups), len(run.Classes))
+		}
+		g := run.Groups[0]
+		ratio := g.GoodputBps / float64(g.LimitBps)
+		t.Logf("%s: goodput %.1f Mbit/s = %.3f of %d", run.Limiter, g.GoodputBps/1e6, ratio, g.LimitBps)
+		if g.LimitBps != 200e6 || ratio > 1.05 || ratio < 0.5 {
+			t.Errorf("%s: goodput %.3f of the 200mbit limit, want 0.5..1.05", run.Limiter, ratio)
+		}
+		for _, c := range run.Classes {
+			if c.GoodputBps <= 0 || c.Group != "work" {
+				t.Errorf("%s %s: goodput %.0f group %q", run.Limiter, c.Name, c.GoodputBps, c.Group)
+			}
+			if c.Kind == "rpc" {
+				l := c.Latency
+				if l == nil || l.Count <= 0 || l.Count != c.RPCs || l.P50 <= 0 || l.P99 < l.P50 || l.P999 < l.P99 || l.Max < l.P999 {
+					t.Errorf("%s %s: latency %+v (rpcs %d)", run.Limiter, c.Name, l, c.RPCs)
+				}
+				if c.Name == "rpc-10KB" && l != nil {
+					p99[run.Limiter] = l.P99
+				}
+			}
+			if c.RTTUs <= 0 {
+				t.Errorf("%s %s: no RTT", run.Limiter, c.Name)
+			}
+		}
+		if run.CPU.BusyCores <= 0 || run.CPU.BusyCores > 64 {
+			t.Errorf("%s: CPU %+v", run.Limiter, run.CPU)
+		}
+		switch run.Limiter {
+		case "hbm":
+			if g.WireBps <= 0 || g.WireBps > 1.1*200e6 {
+				t.Errorf("hbm: wire rate %.0f from hbm's counters", g.WireBps)
+			}
+			b := run.BPF
+			if b == nil {
+				t.Errorf("hbm: no BPF cost (notes %v)", run.Notes)
+			} else {
+				t.Logf("hbm BPF cost: %+v", *b)
+				if b.Packets == 0 || b.NsPerPkt <= 0 || b.NsPerPkt > 1e6 || b.CoresPerGbps <= 0 || b.CoresAt["10gbit"] <= 0 {
+					t.Errorf("hbm: BPF cost %+v", *b)
+				}
+			}
+		case "htb":
+			if len(run.Links) != 1 || run.Links[0].Qdisc != "htb" {
+				t.Errorf("htb: links %+v", run.Links)
+			}
+		}
+	}
+
+	dir := t.TempDir()
+	if err := WriteFiles(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back result.Results
+	if err := json.Unmarshal(b, &back); err != nil || back.Version != result.Version || len(back.Runs) != 2 || back.Meta.Kernel == "" {
+		t.Errorf("results.json: %v, %+v", err, back.Meta)
+	}
+	for _, f := range []string{"report.md", "report.html"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	return p99["hbm"], p99["htb"]
+}
+
+// assertClean checks the eval left no namespace, cgroup or pin directory.
+func assertClean(t *testing.T) {
+	t.Helper()
+	id := nsPrefix + itoa(os.Getpid()) + "-"
+	if es, err := os.ReadDir(netnsDir); err == nil {
+		for _, e := range es {
+			if strings.HasPrefix(e.Name(), id) {
+				t.Errorf("namespace %s left behind", e.Name())
+			}
+		}
+	}
+	mnt, _ := cgroup.Mount()
+	if _, err := os.Stat(filepath.Join(mnt, cgroupPrefix+itoa(os.Getpid()))); err == nil {
+		t.Error("cgroup left behind")
+	}
+	if _, err := os.Stat(pinPrefix + itoa(os.Getpid())); err == nil {
+		t.Error("pin directory left behind")
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

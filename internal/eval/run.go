@@ -1,0 +1,965 @@
+package eval
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/eval/report"
+	"github.com/hbm-dev/hbm/internal/eval/result"
+	"github.com/hbm-dev/hbm/internal/rate"
+	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/workload"
+)
+
+// Options configure an eval.
+type Options struct {
+	// Bin is the hbm binary the eval drives (hbm set/unset/show, workload
+	// serve/run, cc install).
+	Bin string
+	// Quick runs each scenario's quick matrix and durations.
+	Quick bool
+	// CCs and Limiters, when set, replace every scenario's lists.
+	CCs, Limiters []string
+	// Duration and Warmup, when set, replace every scenario's.
+	Duration, Warmup time.Duration
+	// PinDir is the bpffs directory of the eval's HBM state; "" means a
+	// private /sys/fs/bpf/hbm-eval-<pid>, removed at the end. A user's
+	// limits are never touched.
+	PinDir string
+	// Log receives progress lines (nil: discarded).
+	Log io.Writer
+	// Command and Version are recorded in the results' metadata.
+	Command []string
+	Version string
+}
+
+type runner struct {
+	o       Options
+	hbm     testbed.HBM
+	logf    func(string, ...any)
+	dctcp   string // "" untried, "ok", or why it is unavailable
+	total   int
+	done    int
+	started time.Time
+}
+
+// Run runs every scenario's matrix and returns the results. On cancellation
+// it cleans up and returns what it measured so far with ctx's error.
+func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("eval needs root (network namespaces, cgroups, BPF)")
+	}
+	for _, tool := range []string{"ip", "tc"} {
+		if _, err := execLookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s not found (install iproute2): %w", tool, err)
+		}
+	}
+	r := &runner{o: o, started: time.Now()}
+	r.logf = func(format string, args ...any) { fmt.Fprintf(o.Log, "eval: "+format+"\n", args...) }
+	CleanupLeftovers(r.logf)
+	ownPin := o.PinDir == ""
+	if ownPin {
+		o.PinDir = fmt.Sprintf("%s%d", pinPrefix, os.Getpid())
+		r.o.PinDir = o.PinDir
+	}
+	r.hbm = testbed.HBM{Bin: o.Bin, PinDir: o.PinDir}
+	defer func() {
+		if ownPin {
+			os.RemoveAll(o.PinDir)
+		}
+	}()
+	// BPF run-time statistics for as long as this fd is open: the kernel
+	// counts the enablers, so nothing global is left changed, even on a crash.
+	var statsNote string
+	if st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
+		statsNote = fmt.Sprintf("BPF run-time statistics unavailable: %v", err)
+		r.logf("%s", statsNote)
+	} else {
+		defer st.Close()
+	}
+
+	res := &result.Results{Version: result.Version, Meta: meta(o)}
+	type plan struct {
+		s                *Scenario
+		ccs, lims        []string
+		duration, warmup time.Duration
+	}
+	var plans []plan
+	for _, s := range scens {
+		p := plan{s: s, ccs: s.CCs, lims: s.Limiters, duration: s.DurationD, warmup: s.WarmupD}
+		if o.Quick {
+			p.duration, p.warmup = s.Quick.DurationD, s.Quick.WarmupD
+			if len(s.Quick.CCs) > 0 {
+				p.ccs = s.Quick.CCs
+			} else if slices.Contains(s.CCs, "cubic-ecn") {
+				p.ccs = []string{"cubic-ecn"}
+			} else {
+				p.ccs = s.CCs[:1]
+			}
+			if len(s.Quick.Limiters) > 0 {
+				p.lims = s.Quick.Limiters
+			}
+		}
+		if len(o.CCs) > 0 {
+			p.ccs = o.CCs
+		}
+		if len(o.Limiters) > 0 {
+			p.lims = o.Limiters
+		}
+		if o.Duration > 0 {
+			p.duration = o.Duration
+		}
+		if o.Warmup > 0 {
+			p.warmup = o.Warmup
+		}
+		plans = append(plans, p)
+		r.total += len(p.ccs) * len(p.lims)
+	}
+	var runErr error
+	for _, p := range plans {
+		if ctx.Err() != nil {
+			runErr = ctx.Err()
+			break
+		}
+		runs := r.scenario(ctx, p.s, p.ccs, p.lims, p.duration, p.warmup)
+		for i := range runs {
+			if statsNote != "" && runs[i].Limiter == "hbm" {
+				runs[i].Notes = append(runs[i].Notes, statsNote)
+			}
+		}
+		res.Runs = append(res.Runs, runs...)
+	}
+	if runErr == nil {
+		runErr = ctx.Err()
+	}
+	if r.dctcp == "installed" {
+		if _, err := r.hbm.Run("cc", "remove", "dctcp"); err != nil {
+			r.logf("cc remove dctcp: %v", err)
+		}
+	}
+	res.Meta.ElapsedSec = time.Since(r.started).Seconds()
+	return res, runErr
+}
+
+func execLookPath(name string) (string, error) {
+	for _, d := range filepath.SplitList(os.Getenv("PATH") + ":/usr/sbin:/sbin") {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not in PATH", name)
+}
+
+// endpoint is a workload server: the destination of the flows of one source
+// group (so each source group has ports of its own, which the tc limiters
+// classify on).
+type endpoint struct {
+	to, src string // destination and source cgroup-or-host names
+	port    int
+}
+
+// scenario builds s's topology and runs its matrix.
+func (r *runner) scenario(ctx context.Context, s *Scenario, ccs, lims []string, dur, warm time.Duration) []result.Run {
+	var runs []result.Run
+	fail := func(err error) []result.Run {
+		for _, cc := range ccs {
+			for _, l := range lims {
+				runs = append(runs, result.Run{Scenario: s.Name, CC: cc, Limiter: l, Error: err.Error()})
+				r.done++
+			}
+		}
+		r.logf("%s: %v", s.Name, err)
+		return runs
+	}
+	r.logf("%s: building %d hosts, %d links (%s)", s.Name, len(s.Hosts), len(s.Links), s.Description)
+	t, err := buildTopology(s, r.o.Bin, r.logf)
+	if err != nil {
+		return fail(fmt.Errorf("topology: %w", err))
+	}
+	defer t.close()
+	var eps []*endpoint
+	for _, fl := range s.Flows {
+		for _, src := range fl.From {
+			if findEndpoint(eps, fl.To, s.groupOf(src)) == nil {
+				eps = append(eps, &endpoint{to: fl.To, src: s.groupOf(src), port: firstPort + len(eps)})
+			}
+		}
+	}
+	for _, ep := range eps {
+		if _, err := t.startServer(s.HostOf(ep.to), ep.to, ep.port); err != nil {
+			return fail(err)
+		}
+	}
+	var notes []string
+	for i := range s.Cgroups {
+		c := &s.Cgroups[i]
+		if !c.EgressAuto {
+			continue
+		}
+		bps, note, err := r.calibrate(ctx, t, eps, c)
+		if err != nil {
+			return fail(fmt.Errorf("measuring the auto rate of %s: %w", c.Name, err))
+		}
+		c.EgressBps = bps
+		notes = append(notes, note)
+		r.logf("%s: %s", s.Name, note)
+	}
+	for _, cc := range ccs {
+		for _, lim := range lims {
+			if ctx.Err() != nil {
+				return runs
+			}
+			run := r.runOne(ctx, t, eps, cc, lim, dur, warm)
+			run.Notes = append(slices.Clone(notes), run.Notes...)
+			report.Diagnose(&run)
+			r.done++
+			r.logf("[%d/%d] %s", r.done, r.total, runLine(&run))
+			runs = append(runs, run)
+		}
+	}
+	return runs
+}
+
+func findEndpoint(eps []*endpoint, to, src string) *endpoint {
+	for _, e := range eps {
+		if e.to == to && e.src == src {
+			return e
+		}
+	}
+	return nil
+}
+
+// groupOf is the cgroup a source name runs in: itself (cgroups and hosts
+// both have one).
+func (s *Scenario) groupOf(name string) string { return name }
+
+// ccBase splits a run's congestion control into the kernel's name and
+// whether ECN is on (cubic-ecn; dctcp always).
+func ccBase(cc string) (string, bool) {
+	base, ecn := strings.CutSuffix(cc, "-ecn")
+	return base, ecn || base == "dctcp"
+}
+
+// ccAvailable returns why congestion control base cannot run ("" if it can),
+// installing HBM's BPF DCTCP when the kernel has none.
+func (r *runner) ccAvailable(base string) string {
+	avail := func() []string {
+		b, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+		return strings.Fields(string(b))
+	}
+	if slices.Contains(avail(), base) {
+		return ""
+	}
+	if base == "dctcp" {
+		if r.dctcp == "" {
+			r.logf("dctcp: not in the kernel, installing HBM's BPF DCTCP (hbm cc install dctcp)")
+			if out, err := r.hbm.Run("cc", "install", "dctcp"); err != nil {
+				r.dctcp = fmt.Sprintf("dctcp not installable: %v", err)
+			} else {
+				r.dctcp = "installed"
+				_ = out
+			}
+		}
+		if slices.Contains(avail(), base) {
+			return ""
+		}
+		if r.dctcp != "installed" {
+			return r.dctcp
+		}
+	}
+	if _, err := os.Stat("/lib/modules"); err == nil {
+		// A module may load on first use (setsockopt does it for root).
+		if run("modprobe", "-q", "tcp_"+base) == nil && slices.Contains(avail(), base) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("congestion control %s not available (kernel offers: %s)", base, strings.Join(avail(), " "))
+}
+
+// client is one `hbm workload run --script` process.
+type client struct {
+	fl    *Flow
+	src   string
+	p     *proc
+	stdin io.WriteCloser
+	lines chan string
+}
+
+func (t *topology) startClient(fl *Flow, src string, ep *endpoint, cc string, life time.Duration) (*client, error) {
+	s := t.s
+	srcHost, dstHost := s.HostOf(src), s.HostOf(fl.To)
+	l := s.linkBetween(srcHost, dstHost)
+	addr := fmt.Sprintf("%s:%d", t.hosts[dstHost].addr[l.Name], ep.port)
+	args := []string{"workload", "run", "--connect", addr, "--duration", life.String(), "--script", "--hist", "--warmup", "0s"}
+	if fl.Kind == "stream" {
+		args = append(args, "--streams", strconv.Itoa(fl.Count), "--rpc", "0")
+	} else {
+		args = append(args, "--streams", "0", "--rpc", strconv.Itoa(fl.Count),
+			"--rpc-size", strconv.Itoa(fl.SizeBytes), "--reply-size", strconv.Itoa(fl.ReplyBytes))
+	}
+	if cc != "" {
+		args = append(args, "--cc", cc)
+	}
+	pr, pw := io.Pipe()
+	inR, inW := io.Pipe()
+	p, err := t.start(srcHost, src, inR, pw, args...)
+	if err != nil {
+		return nil, err
+	}
+	c := &client{fl: fl, src: src, p: p, stdin: inW, lines: make(chan string, 4)}
+	go func() { <-p.done; pw.Close(); inR.Close() }()
+	go func() {
+		defer close(c.lines)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	return c, nil
+}
+
+func (c *client) next(ctx context.Context, timeout time.Duration) (string, error) {
+	tm := time.NewTimer(timeout)
+	defer tm.Stop()
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			<-c.p.done
+			return "", fmt.Errorf("workload client %s from %s ended: %v: %s", c.fl.Name, c.src, c.p.err, lastLine(c.p.stderr.String()))
+		}
+		return line, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-tm.C:
+		return "", fmt.Errorf("workload client %s from %s silent for %v", c.fl.Name, c.src, timeout)
+	}
+}
+
+func (c *client) send(cmd string) error {
+	_, err := fmt.Fprintln(c.stdin, cmd)
+	return err
+}
+
+func (c *client) stop() {
+	c.send("stop")
+	c.stdin.Close()
+	c.p.waitTimeout(5 * time.Second)
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// startClients starts one client per flow and source and waits until all
+// are connected.
+func (t *topology) startClients(ctx context.Context, eps []*endpoint, cc func(*Flow) string, life time.Duration, only func(*Flow, string) bool) ([]*client, error) {
+	var cs []*client
+	for i := range t.s.Flows {
+		fl := &t.s.Flows[i]
+		for _, src := range fl.From {
+			if only != nil && !only(fl, src) {
+				continue
+			}
+			c, err := t.startClient(fl, src, findEndpoint(eps, fl.To, src), cc(fl), life)
+			if err != nil {
+				stopAll(cs)
+				return nil, err
+			}
+			cs = append(cs, c)
+		}
+	}
+	for _, c := range cs {
+		line, err := c.next(ctx, 15*time.Second)
+		if err == nil && line != "ready" {
+			err = fmt.Errorf("workload client said %q, want ready", line)
+		}
+		if err != nil {
+			stopAll(cs)
+			return nil, err
+		}
+	}
+	return cs, nil
+}
+
+func stopAll(cs []*client) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.stop() }()
+	}
+	wg.Wait()
+}
+
+// window opens a measurement window on every client, waits d and collects
+// each client's result.
+func window(ctx context.Context, cs []*client, d time.Duration) ([]*workload.Result, error) {
+	for _, c := range cs {
+		if err := c.send("begin w"); err != nil {
+			return nil, err
+		}
+	}
+	werr := sleepCtx(ctx, d)
+	for _, c := range cs {
+		c.send("end")
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	out := make([]*workload.Result, len(cs))
+	for i, c := range cs {
+		line, err := c.next(ctx, 15*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		var wr workload.Result
+		if err := json.Unmarshal([]byte(line), &wr); err != nil {
+			return nil, fmt.Errorf("workload client %s: %w: %.200q", c.fl.Name, err, line)
+		}
+		out[i] = &wr
+	}
+	return out, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// calibrate measures the unlimited stream goodput of cgroup c toward its
+// first destination and returns half of it (at most 9gbit, rounded down to
+// 100mbit): the "auto" limit standing in for the seed's 9G.
+func (r *runner) calibrate(ctx context.Context, t *topology, eps []*endpoint, c *Cgroup) (uint64, string, error) {
+	var fl *Flow
+	for i := range t.s.Flows {
+		if slices.Contains(t.s.Flows[i].From, c.Name) {
+			fl = &t.s.Flows[i]
+			break
+		}
+	}
+	if fl == nil {
+		return 0, "", errors.New("no flow from it")
+	}
+	probe := Flow{Name: "calibrate", Kind: "stream", Count: 3, From: StringSet{c.Name}, To: fl.To}
+	t.setAll("net.ipv4.tcp_ecn", "2")
+	cl, err := t.startClient(&probe, c.Name, findEndpoint(eps, fl.To, c.Name), "cubic", 30*time.Second)
+	if err != nil {
+		return 0, "", err
+	}
+	defer cl.stop()
+	if line, err := cl.next(ctx, 15*time.Second); err != nil || line != "ready" {
+		return 0, "", fmt.Errorf("calibration client: %q %v", line, err)
+	}
+	sleepCtx(ctx, time.Second)
+	rs, err := window(ctx, []*client{cl}, 2*time.Second)
+	if err != nil {
+		return 0, "", err
+	}
+	g := rs[0].TotalGoodput
+	bps := uint64(math.Floor(g*0.5/1e8)) * 1e8
+	bps = min(max(bps, 1e8), 9e9)
+	return bps, fmt.Sprintf("egress auto for %s: %v (3 unlimited cubic streams reached %.2f Gbit/s; half of it, at most 9gbit)",
+		c.Name, rate.Rate(bps), g/1e9), nil
+}
+
+// runOne runs the scenario once under congestion control cc and limiter lim.
+func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, lim string, dur, warm time.Duration) (run result.Run) {
+	s := t.s
+	run = result.Run{Scenario: s.Name, CC: cc, Limiter: lim}
+	base, ecn := ccBase(cc)
+	for _, name := range ccNames(s, base) {
+		if why := r.ccAvailable(name); why != "" {
+			run.Skipped = why
+			return run
+		}
+	}
+	ecnVal := "2"
+	if ecn {
+		ecnVal = "1"
+	}
+	if err := t.setAll("net.ipv4.tcp_ecn", ecnVal); err != nil {
+		run.Error = err.Error()
+		return run
+	}
+	shapedQ, undo, skip, err := r.applyLimiter(t, eps, lim)
+	defer undo()
+	if skip != "" || err != nil {
+		run.Skipped = skip
+		if err != nil {
+			run.Error = err.Error()
+		}
+		return run
+	}
+	for _, b := range s.Bottlenecks {
+		tl := t.link(b.Link)
+		shapedQ = append(shapedQ, &shaped{name: fmt.Sprintf("bottleneck %s->%s", b.Link, b.To), ns: tl.sw, dev: tl.ports[b.To], kind: "tbf", rate: b.RateBps})
+	}
+	ccOf := func(fl *Flow) string {
+		if fl.CC != "" {
+			b, _ := ccBase(fl.CC)
+			return b
+		}
+		return base
+	}
+	life := warm + dur + 60*time.Second
+	cs, err := t.startClients(ctx, eps, ccOf, life, nil)
+	if err != nil {
+		run.Error = err.Error()
+		return run
+	}
+	defer stopAll(cs)
+	if err := sleepCtx(ctx, warm); err != nil {
+		run.Error = err.Error()
+		return run
+	}
+
+	// Before the window.
+	var hbm0 map[string]testbed.Counters
+	if lim == "hbm" {
+		if hbm0, err = hbmCounters(r.hbm); err != nil {
+			run.Error = "hbm show: " + err.Error()
+			return run
+		}
+	}
+	for _, q := range shapedQ {
+		q.before, _ = readQdisc(q.ns, q.dev)
+	}
+	prog0 := readProgStats(r.o.PinDir)
+	cpu0 := readCPU()
+	stopSampling := sampleBacklog(shapedQ)
+	t0 := time.Now()
+
+	results, err := window(ctx, cs, dur)
+	t1 := time.Now()
+	cpu1 := readCPU()
+	prog1 := readProgStats(r.o.PinDir)
+	stopSampling()
+	if err != nil {
+		run.Error = err.Error()
+		return run
+	}
+	wall := t1.Sub(t0).Seconds()
+	run.DurationSec = results[0].Duration
+	run.CPU = cpuBetween(cpu0, cpu1)
+	for _, q := range shapedQ {
+		after, err := readQdisc(q.ns, q.dev)
+		if err != nil {
+			run.Notes = append(run.Notes, fmt.Sprintf("%s: %v", q.name, err))
+			continue
+		}
+		run.Links = append(run.Links, result.Link{
+			Name: q.name, Qdisc: q.kind, RateBps: q.rate,
+			Drops: after.Drops - q.before.Drops, Overlimits: after.Overlimits - q.before.Overlimits,
+			BacklogMax: max(q.maxBacklog, after.Backlog),
+		})
+	}
+	var hbm1 map[string]testbed.Counters
+	if lim == "hbm" {
+		if hbm1, err = hbmCounters(r.hbm); err != nil {
+			run.Error = "hbm show: " + err.Error()
+			return run
+		}
+	}
+
+	// Classes: one per flow, its sources merged.
+	bySrc := map[*Flow][]*workload.Result{}
+	for i, c := range cs {
+		bySrc[c.fl] = append(bySrc[c.fl], results[i])
+		for _, w := range results[i].Warnings {
+			if len(run.Notes) < 20 {
+				run.Notes = append(run.Notes, fmt.Sprintf("%s from %s: %s", c.fl.Name, c.src, w))
+			}
+		}
+	}
+	var groupOrder []string
+	for i := range s.Flows {
+		fl := &s.Flows[i]
+		rs := bySrc[fl]
+		cl := result.Class{Name: fl.Name, Group: s.ClassGroup(fl), Kind: fl.Kind, Flows: fl.Count * len(fl.From)}
+		if fl.Kind == "rpc" {
+			cl.SizeBytes = fl.SizeBytes
+		}
+		var rtt float64
+		for _, wr := range rs {
+			cl.GoodputBps += wr.TotalGoodput
+			cl.RPCs += wr.RPC.Count
+			cl.Retransmits += wr.Retransmits
+			cl.DeliveredCE += wr.DeliveredCE
+			rtt += wr.RTT
+			cl.RTTMaxUs = max(cl.RTTMaxUs, wr.RTTMax)
+		}
+		cl.RTTUs = rtt / float64(max(len(rs), 1))
+		if fl.Kind == "rpc" {
+			l, ok := workload.MergeLatency(rs)
+			if !ok && len(rs) == 1 {
+				l, ok = rs[0].RPC, true
+			}
+			if ok {
+				cl.Latency = &result.Latency{Count: l.Count, P50: l.P50, P90: l.P90, P99: l.P99, P999: l.P999, Max: l.Max}
+				cl.InFlightMaxUs = l.InFlightMax
+			}
+		}
+		run.Classes = append(run.Classes, cl)
+		if !slices.Contains(groupOrder, cl.Group) {
+			groupOrder = append(groupOrder, cl.Group)
+		}
+	}
+	var wireBps float64
+	for _, g := range groupOrder {
+		grp := result.Group{Name: g, Dir: "egress"}
+		for _, fl := range s.Flows {
+			if s.ClassGroup(&fl) == g && fl.To == g {
+				grp.Dir = "ingress"
+			}
+		}
+		for _, cl := range run.Classes {
+			if cl.Group == g {
+				grp.GoodputBps += cl.GoodputBps
+			}
+		}
+		if c := s.Cgroup(g); c != nil && lim != "none" {
+			if grp.Dir == "egress" {
+				grp.LimitBps = c.EgressBps
+			} else {
+				grp.LimitBps = c.IngressBps
+			}
+		}
+		if lim == "hbm" {
+			k := t.cgRoot + "/" + g + "/" + grp.Dir
+			if a, ok := hbm1[k]; ok {
+				d := a.Sub(hbm0[k])
+				grp.WireBps = float64(d.Bytes) * 8 / wall
+				grp.Marked, grp.CWR, grp.Dropped = d.Marked, d.CWR, d.Dropped
+				wireBps += grp.WireBps
+			}
+		}
+		run.Groups = append(run.Groups, grp)
+	}
+	if lim == "hbm" {
+		run.BPF = bpfCost(prog0, prog1, wall, wireBps)
+	}
+	return run
+}
+
+// ccNames are the kernel congestion controls a run under base needs.
+func ccNames(s *Scenario, base string) []string {
+	out := []string{base}
+	for _, fl := range s.Flows {
+		if fl.CC != "" {
+			b, _ := ccBase(fl.CC)
+			if !slices.Contains(out, b) {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+// sampleBacklog polls the qdiscs' backlog every 200 ms until stopped.
+func sampleBacklog(qs []*shaped) (stop func()) {
+	if len(qs) == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(200 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+			}
+			for _, q := range qs {
+				if st, err := readQdisc(q.ns, q.dev); err == nil {
+					q.maxBacklog = max(q.maxBacklog, st.Backlog)
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// applyLimiter installs limiter lim for the scenario's cgroup limits. It
+// returns the qdiscs it installed, an undo function (always callable), and a
+// reason to skip the run or an error.
+func (r *runner) applyLimiter(t *topology, eps []*endpoint, lim string) (qs []*shaped, undo func(), skip string, err error) {
+	s := t.s
+	var undos []func()
+	undo = func() {
+		for i := len(undos) - 1; i >= 0; i-- {
+			undos[i]()
+		}
+	}
+	switch lim {
+	case "none":
+		return nil, undo, "", nil
+	case "hbm":
+		for _, c := range s.Cgroups {
+			path := t.cgRoot + "/" + c.Name
+			var extra []string
+			if c.MarkOnly {
+				extra = append(extra, "--no-drop")
+			}
+			extra = append(extra, c.HBMArgs...)
+			set := false
+			if c.EgressBps > 0 {
+				if _, err := r.hbm.Run(append([]string{"set", path, "--egress", rate.Rate(c.EgressBps).String()}, extra...)...); err != nil {
+					return nil, undo, "", fmt.Errorf("hbm set --egress: %w", err)
+				}
+				set = true
+				undos = append(undos, func() { r.hbm.Unset(path) })
+			}
+			if c.IngressBps > 0 {
+				if _, err := r.hbm.Run(append([]string{"set", path, "--ingress", rate.Rate(c.IngressBps).String()}, extra...)...); err != nil {
+					return nil, undo, fmt.Sprintf("hbm set --ingress failed (ingress limits not available in this hbm?): %v", err), nil
+				}
+				if !set {
+					undos = append(undos, func() { r.hbm.Unset(path) })
+				}
+			}
+		}
+		return nil, undo, "", nil
+	}
+	// htb and tbf: on the interface each limited group sends through,
+	// classified by the destination ports of its servers.
+	type cls struct {
+		rate  uint64
+		ports []int
+	}
+	type devKey struct{ ns, dev string }
+	devs := map[devKey][]*cls{}
+	var order []devKey
+	for _, c := range s.Cgroups {
+		if c.IngressBps > 0 {
+			return nil, undo, fmt.Sprintf("%s cannot limit ingress (no ifb here): only hbm limits %s's ingress", lim, c.Name), nil
+		}
+		if c.EgressBps == 0 {
+			continue
+		}
+		perDev := map[devKey]*cls{}
+		for _, ep := range eps {
+			if ep.src != c.Name {
+				continue
+			}
+			h := t.hosts[c.Host]
+			l := s.linkBetween(c.Host, s.HostOf(ep.to))
+			k := devKey{h.ns, h.dev[l.Name]}
+			if perDev[k] == nil {
+				perDev[k] = &cls{rate: c.EgressBps}
+				if _, ok := devs[k]; !ok {
+					order = append(order, k)
+				}
+				devs[k] = append(devs[k], perDev[k])
+			}
+			perDev[k].ports = append(perDev[k].ports, ep.port)
+		}
+	}
+	for _, k := range order {
+		classes := devs[k]
+		tc := func(args ...string) error { return run("tc", append([]string{"-n", k.ns}, args...)...) }
+		undos = append(undos, func() { tc("qdisc", "del", "dev", k.dev, "root") })
+		// Only one group sends through this device: the qdisc at the root, as
+		// an administrator would set it up.
+		single := len(classes) == 1 && onlySender(t, eps, k.dev, classes[0].ports)
+		rateS := func(b uint64) string { return strconv.FormatUint(b, 10) + "bit" }
+		var err error
+		switch {
+		case single && lim == "tbf":
+			err = tc("qdisc", "replace", "dev", k.dev, "root", "tbf", "rate", rateS(classes[0].rate),
+				"burst", strconv.Itoa(tbfBurst(classes[0].rate)), "latency", "10ms")
+		case single && lim == "htb":
+			if err = tc("qdisc", "replace", "dev", k.dev, "root", "handle", "1:", "htb", "default", "1"); err == nil {
+				err = tc("class", "add", "dev", k.dev, "parent", "1:", "classid", "1:1", "htb", "rate", rateS(classes[0].rate), "ceil", rateS(classes[0].rate))
+			}
+		default:
+			err = tc("qdisc", "replace", "dev", k.dev, "root", "handle", "1:", "htb")
+			for i, c := range classes {
+				id := strconv.Itoa(10 + i)
+				if err != nil {
+					break
+				}
+				if lim == "htb" {
+					err = tc("class", "add", "dev", k.dev, "parent", "1:", "classid", "1:"+id, "htb", "rate", rateS(c.rate), "ceil", rateS(c.rate))
+				} else {
+					err = tc("class", "add", "dev", k.dev, "parent", "1:", "classid", "1:"+id, "htb", "rate", "100gbit", "ceil", "100gbit")
+					if err == nil {
+						err = tc("qdisc", "add", "dev", k.dev, "parent", "1:"+id, "handle", id+":", "tbf", "rate", rateS(c.rate),
+							"burst", strconv.Itoa(tbfBurst(c.rate)), "latency", "10ms")
+					}
+				}
+				for _, p := range c.ports {
+					if err == nil {
+						err = tc("filter", "add", "dev", k.dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+							"match", "ip", "dport", strconv.Itoa(p), "0xffff", "flowid", "1:"+id)
+					}
+				}
+			}
+		}
+		if err != nil {
+			return nil, undo, "", fmt.Errorf("install %s: %w", lim, err)
+		}
+		var sum uint64
+		for _, c := range classes {
+			sum += c.rate
+		}
+		host := strings.TrimPrefix(k.ns, t.id+"-")
+		qs = append(qs, &shaped{name: lim + "@" + host, ns: k.ns, dev: k.dev, kind: lim, rate: sum})
+	}
+	return qs, undo, "", nil
+}
+
+// onlySender reports whether every endpoint reached through dev is one of
+// ports (no other group's traffic leaves through it).
+func onlySender(t *topology, eps []*endpoint, dev string, ports []int) bool {
+	for _, ep := range eps {
+		srcHost := t.s.HostOf(ep.src)
+		l := t.s.linkBetween(srcHost, t.s.HostOf(ep.to))
+		if t.hosts[srcHost].dev[l.Name] == dev && !slices.Contains(ports, ep.port) {
+			return false
+		}
+	}
+	return true
+}
+
+// runLine is a run's progress line.
+func runLine(run *result.Run) string {
+	head := fmt.Sprintf("%s %s %s", run.Scenario, run.CC, run.Limiter)
+	switch {
+	case run.Skipped != "":
+		return head + ": skipped: " + run.Skipped
+	case run.Error != "":
+		return head + ": error: " + run.Error
+	}
+	var parts []string
+	for _, g := range run.Groups {
+		p := fmt.Sprintf("%s %s", g.Name, fmtBps(g.GoodputBps))
+		if g.LimitBps > 0 {
+			p += fmt.Sprintf(" (%.2f of %v)", g.GoodputBps/float64(g.LimitBps), rate.Rate(g.LimitBps))
+		}
+		parts = append(parts, p)
+	}
+	for _, c := range run.Classes {
+		if c.Latency != nil && c.SizeBytes <= 16<<10 {
+			parts = append(parts, fmt.Sprintf("%s %s P99 %s", c.Group, c.Name, fmtUs(c.Latency.P99)))
+		}
+	}
+	var retrans uint64
+	for _, c := range run.Classes {
+		retrans += c.Retransmits
+	}
+	parts = append(parts, fmt.Sprintf("retrans %d", retrans))
+	return head + ": " + strings.Join(parts, ", ")
+}
+
+func fmtBps(bps float64) string {
+	if bps >= 1e9 {
+		return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
+	}
+	return fmt.Sprintf("%.1f Mbit/s", bps/1e6)
+}
+
+func fmtUs(us float64) string {
+	switch {
+	case us <= 0:
+		return "-"
+	case us < 1000:
+		return fmt.Sprintf("%.0fus", us)
+	case us < 100000:
+		return fmt.Sprintf("%.2fms", us/1000)
+	}
+	return fmt.Sprintf("%.0fms", us/1000)
+}
+
+func meta(o Options) result.Meta {
+	m := result.Meta{
+		Started: time.Now().UTC(), Command: o.Command, Quick: o.Quick, CPUs: runtime.NumCPU(),
+		HBMVersion: o.Version, GoVersion: runtime.Version(), Sysctls: map[string]string{},
+	}
+	m.Hostname, _ = os.Hostname()
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	for _, k := range []string{
+		"net.ipv4.tcp_congestion_control", "net.ipv4.tcp_ecn", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
+		"net.core.rmem_max", "net.core.wmem_max", "net.core.default_qdisc", "net.ipv4.tcp_no_metrics_save",
+		"kernel.bpf_stats_enabled", "net.core.netdev_max_backlog",
+	} {
+		if b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(k, ".", "/")); err == nil {
+			m.Sysctls[k] = strings.Join(strings.Fields(string(b)), " ")
+		}
+	}
+	m.Sysctls["eval.netns"] = "tcp_no_metrics_save=1, ipv6 off, tcp_ecn=1 for -ecn and dctcp runs else 2"
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control"); err == nil {
+		m.CCAvailable = strings.Fields(string(b))
+	}
+	return m
+}
+
+// WriteFiles writes dir/results.json, dir/report.md and dir/report.html.
+func WriteFiles(dir string, res *result.Results) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	for name, w := range map[string]func(io.Writer, *result.Results) error{
+		"report.md": report.WriteMarkdown, "report.html": report.WriteHTML,
+	} {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		werr := w(f, res)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return fmt.Errorf("%s: %w", name, werr)
+		}
+	}
+	return nil
+}

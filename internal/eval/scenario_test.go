@@ -1,0 +1,198 @@
+package eval
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const goodScenario = `
+name: two-hosts
+description: a test
+duration: 4s
+warmup: 500ms
+ccs: [cubic, bbr-ecn]
+limiters: [hbm, none]
+hosts: [a, b]
+links:
+  - name: l
+    hosts: [a, b]
+cgroups:
+  - name: w
+    host: a
+    egress: 100mbit
+    hbm_args: [--no-pace]
+flows:
+  - kind: rpc
+    size: 10KB
+    reply: 1KB
+    count: 2
+    from: w
+    to: b
+  - {kind: stream, from: w, to: b, cc: reno}
+`
+
+func TestParseGood(t *testing.T) {
+	s, err := Parse("good.yaml", strings.NewReader(goodScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DurationD != 4*time.Second || s.WarmupD != 500*time.Millisecond {
+		t.Errorf("durations %v %v", s.DurationD, s.WarmupD)
+	}
+	if s.Quick.DurationD != 3*time.Second || s.Quick.WarmupD != time.Second {
+		t.Errorf("quick defaults %v %v", s.Quick.DurationD, s.Quick.WarmupD)
+	}
+	if c := s.Cgroup("w"); c == nil || c.EgressBps != 100e6 || c.Host != "a" {
+		t.Errorf("cgroup w: %+v", c)
+	}
+	f := s.Flows[0]
+	if f.SizeBytes != 10240 || f.ReplyBytes != 1024 || f.Count != 2 || f.Name != "rpc-10KB" {
+		t.Errorf("flow 0: %+v", f)
+	}
+	if s.Flows[1].Name != "stream" || s.Flows[1].Count != 1 || s.Flows[1].CC != "reno" {
+		t.Errorf("flow 1: %+v", s.Flows[1])
+	}
+	if g := s.ClassGroup(&s.Flows[0]); g != "w" {
+		t.Errorf("class group %q, want w", g)
+	}
+}
+
+func TestBuiltins(t *testing.T) {
+	bs, err := Builtins()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, b := range bs {
+		names = append(names, b.Name)
+	}
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast"
+	if got := strings.Join(names, " "); got != want {
+		t.Fatalf("built-ins %q, want %q", got, want)
+	}
+	inc := bs[4]
+	if len(inc.Bottlenecks) != 1 || inc.Bottlenecks[0].RateBps != 2e9 || inc.Bottlenecks[0].BufferBytes != 128<<10 {
+		t.Errorf("incast bottleneck %+v", inc.Bottlenecks)
+	}
+	if c := inc.Cgroup("server"); c == nil || c.IngressBps != 1.8e9 || !c.MarkOnly {
+		t.Errorf("incast server cgroup %+v", c)
+	}
+	if g := inc.ClassGroup(&inc.Flows[2]); g != "server" || len(inc.Flows[2].From) != 4 || inc.Flows[2].SizeBytes != 8<<20 {
+		t.Errorf("incast 8MB flow: group %q %+v", g, inc.Flows[2])
+	}
+	if c := bs[2].Cgroup("work"); !c.EgressAuto {
+		t.Errorf("egress-high not auto: %+v", c)
+	}
+	two := bs[3]
+	if two.Cgroup("small").EgressBps*9 != two.Cgroup("large").EgressBps {
+		t.Errorf("two-cgroups not 1:9")
+	}
+}
+
+// TestParseBad: every class of bad file gets its own error, naming the file,
+// the line and the field.
+func TestParseBad(t *testing.T) {
+	edit := func(old, new string) string {
+		if !strings.Contains(goodScenario, old) {
+			t.Fatalf("test bug: %q not in the good scenario", old)
+		}
+		return strings.Replace(goodScenario, old, new, 1)
+	}
+	cases := []struct {
+		name, doc, want string
+	}{
+		{"empty", "", "bad.yaml: empty file"},
+		{"not yaml", "name: [unclosed", "bad.yaml:1: "},
+		{"unknown key", edit("warmup: 500ms", "warmup: 500ms\nwarmpu: 1s"), `bad.yaml:6: unknown key "warmpu" in scenario`},
+		{"unknown nested key", edit("    egress: 100mbit", "    egres: 100mbit"), `bad.yaml:15: unknown key "egres" in cgroup`},
+		{"wrong type", edit("count: 2", "count: two"), "bad.yaml:21: cannot unmarshal !!str `two` into int"},
+		{"missing name", edit("name: two-hosts", ""), "name: missing"},
+		{"bad name", edit("name: two-hosts", "name: Two Hosts"), `bad.yaml:2: name: "Two Hosts"`},
+		{"bad duration", edit("duration: 4s", "duration: 4"), `bad.yaml:4: duration: bad duration "4"`},
+		{"short duration", edit("duration: 4s", "duration: 1ms"), `bad.yaml:4: duration: 1ms out of range`},
+		{"bad cc", edit("ccs: [cubic, bbr-ecn]", "ccs: [cubic, BBR]"), `bad.yaml:6: ccs[1]: bad congestion control "BBR"`},
+		{"bad limiter", edit("limiters: [hbm, none]", "limiters: [hbm, cake]"), `bad.yaml:7: limiters[1]: unknown limiter "cake"`},
+		{"one host", edit("hosts: [a, b]", "hosts: [a]"), "bad.yaml:8: hosts: at least two hosts needed"},
+		{"dup host", edit("hosts: [a, b]", "hosts: [a, a]"), `bad.yaml:8: hosts[1]: host "a" listed twice`},
+		{"link unknown host", edit("    hosts: [a, b]", "    hosts: [a, c]"), `bad.yaml:11: links[0].hosts[1]: unknown host "c"`},
+		{"cgroup unknown host", edit("    host: a", "    host: z"), `bad.yaml:14: cgroups[0].host: unknown host "z"`},
+		{"cgroup name clash", edit("  - name: w", "  - name: a"), `cgroups[0].name: "a" is already a host name`},
+		{"bad rate", edit("egress: 100mbit", "egress: 100mb"), `bad.yaml:15: cgroups[0].egress: invalid rate "100mb"`},
+		{"rate out of range", edit("egress: 100mbit", "egress: 1kbit"), `cgroups[0].egress: rate "1kbit" out of range`},
+		{"bad hbm arg", edit("hbm_args: [--no-pace]", "hbm_args: [--egress]"), `cgroups[0].hbm_args[0]`},
+		{"bad kind", edit("kind: rpc", "kind: udp"), `bad.yaml:18: flows[0].kind: unknown kind "udp"`},
+		{"rpc without size", edit("    size: 10KB\n", ""), `flows[0].size: an rpc flow needs a request size`},
+		{"bad size", edit("size: 10KB", "size: 10QB"), `bad.yaml:19: flows[0].size: bad size "10QB"`},
+		{"stream with size", edit("{kind: stream,", "{kind: stream, size: 1MB,"), `flows[1].size: a stream has no size`},
+		{"unknown to", edit("    to: b", "    to: nowhere"), `bad.yaml:23: flows[0].to: unknown host or cgroup "nowhere"`},
+		{"unknown from", edit("    from: w", "    from: x"), `bad.yaml:22: flows[0].from: unknown cgroup or host "x"`},
+		{"same host", edit("    to: b", "    to: a"), `flows[0].from: "w" and "a" are on the same host "a"`},
+		{"count", edit("count: 2", "count: 1000"), `flows[0].count: 1000 out of range`},
+		{"duplicate class", edit("cc: reno}", "cc: reno, name: rpc-10KB}"), `flows[1].name: class "rpc-10KB" of group "w" already defined by flows[0]`},
+		{"two documents", goodScenario + "---\nname: x\n", "more than one YAML document"},
+	}
+	for _, c := range cases {
+		_, err := Parse("bad.yaml", strings.NewReader(c.doc))
+		if err == nil {
+			t.Errorf("%s: parsed", c.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q, want it to contain %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestParseBottleneck(t *testing.T) {
+	doc := `
+name: bn
+hosts: [a, b, c]
+links: [{name: sw, hosts: [a, b, c]}]
+bottlenecks: [{link: sw, to: d, rate: 1gbit}]
+flows: [{kind: stream, from: [a, b], to: c}]
+`
+	if _, err := Parse("bn.yaml", strings.NewReader(doc)); err == nil || !strings.Contains(err.Error(), `bn.yaml:5: bottlenecks[0].to: host "d" is not on link "sw"`) {
+		t.Errorf("error %v", err)
+	}
+	s, err := Parse("bn.yaml", strings.NewReader(strings.Replace(doc, "to: d", "to: c", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := s.Bottlenecks[0]; b.BufferBytes != 1e9/8/100 {
+		t.Errorf("default buffer %d", b.BufferBytes)
+	}
+	if g := s.ClassGroup(&s.Flows[0]); g != "c" {
+		t.Errorf("multi-source class group %q, want c", g)
+	}
+	noLink := strings.Replace(doc, "links: [{name: sw, hosts: [a, b, c]}]", "links: [{name: sw, hosts: [a, b]}]", 1)
+	noLink = strings.Replace(noLink, "bottlenecks: [{link: sw, to: d, rate: 1gbit}]\n", "", 1)
+	if _, err := Parse("bn.yaml", strings.NewReader(noLink)); err == nil || !strings.Contains(err.Error(), `no link joins hosts "a" and "c"`) {
+		t.Errorf("error %v", err)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "mine.yaml")
+	os.WriteFile(p, []byte(goodScenario), 0o644)
+	ss, err := Load([]string{"incast", p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) != 2 || ss[0].Name != "incast" || ss[1].Name != "two-hosts" || ss[1].Source != p {
+		t.Errorf("loaded %v", ss)
+	}
+	if _, err := Load([]string{"nosuch"}); err == nil || !strings.Contains(err.Error(), `unknown scenario "nosuch"`) {
+		t.Errorf("error %v", err)
+	}
+	if _, err := Load([]string{"incast", "incast"}); err == nil {
+		t.Error("duplicate accepted")
+	}
+	all, err := Load(nil)
+	if err != nil || len(all) != 5 {
+		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
+	}
+}
