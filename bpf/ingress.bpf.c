@@ -6,6 +6,7 @@
  * ECN-capable packets, drops past the drop thresholds (none with
  * HBM_F_NO_DROP, the incast-protection mode). */
 #include "policy.h"
+#include "rxwin.h"
 
 /* Set by the loader before load: the cgroup this instance limits. */
 const volatile __u64 hbm_cgroup_id = 0;
@@ -16,6 +17,14 @@ SEC("cgroup_skb/ingress")
 int hbm_ingress(struct __sk_buff *skb)
 {
 	return hbm_police(skb, hbm_cgroup_id, HBM_DIR_INGRESS);
+}
+
+/* Receive-window assist (rxwin.h): clamps the group's receive windows to
+ * its per-flow rate x RTT. */
+SEC("sockops")
+int hbm_rx_sockops(struct bpf_sock_ops *skops)
+{
+	return hbm_rxwin(skops, hbm_cgroup_id, hbm_cgroup_level);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

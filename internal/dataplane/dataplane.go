@@ -278,8 +278,8 @@ func config(d Direction, l Limit) (egressHbmConfig, error) {
 	if l.NoDrop {
 		c.Flags |= flagNoDrop
 	}
-	if !l.NoPace && d == Egress {
-		c.Flags |= flagPace
+	if !l.NoPace {
+		c.Flags |= flagPace // egress: pacing assist; ingress: receive-window assist
 	}
 	return c, nil
 }
@@ -400,6 +400,9 @@ func (m *Manager) attach(g cgroup.Group, d Direction, lp string) error {
 		return fmt.Errorf("pin link for %s at %s: %w", g, lp, err)
 	}
 	sp := coll.Programs["hbm_sockops"]
+	if d == Ingress {
+		sp = coll.Programs["hbm_rx_sockops"]
+	}
 	if sp == nil {
 		return nil
 	}
@@ -451,7 +454,7 @@ func (m *Manager) Unset(g cgroup.Group, d Direction) error {
 	if err := m.limits.Lookup(&k, &c); err != nil && statErr != nil {
 		return fmt.Errorf("%s %v: %w", g, d, ErrNotFound)
 	}
-	m.release(g, k, c)
+	m.release(g, d, k, c)
 	if err := m.remove(g.ID, d); err != nil {
 		return err
 	}
@@ -459,11 +462,14 @@ func (m *Manager) Unset(g cgroup.Group, d Direction) error {
 	return nil
 }
 
-// release turns a paced limit into a pass-through, then lifts the pacing
-// caps it set on its sockets (idle ones too) with the socket walker, before
-// the links go. A socket the walker cannot reach (a namespace no process of
-// the group uses any more) keeps its last cap until it closes.
-func (m *Manager) release(g cgroup.Group, k egressHbmKey, c egressHbmConfig) {
+// release turns a paced limit into a pass-through, then lifts what its
+// assist set on sockets before the links go. Egress: the pacing caps, with
+// the socket walker (idle sockets too); a socket the walker cannot reach (a
+// namespace no process of the group uses any more) keeps its last cap until
+// it closes. Ingress: the receive-window clamps, which the group's sockops
+// program lifts on each socket's next segment; it gets rxReleaseWait for
+// that, and a socket idle for all of it keeps its clamp until it closes.
+func (m *Manager) release(g cgroup.Group, d Direction, k egressHbmKey, c egressHbmConfig) {
 	if c.Flags&flagPace == 0 {
 		return
 	}
@@ -471,10 +477,18 @@ func (m *Manager) release(g cgroup.Group, k egressHbmKey, c egressHbmConfig) {
 	if err := m.limits.Update(&k, &c, ebpf.UpdateExist); err != nil {
 		return
 	}
+	if d == Ingress {
+		time.Sleep(rxReleaseWait)
+		return
+	}
 	if _, _, err := m.walkSockets(g, true); err != nil {
 		m.Warnings = append(m.Warnings, fmt.Sprintf("pacing caps of %s not all lifted: %v", g, err))
 	}
 }
+
+// rxReleaseWait is how long unset leaves a releasing ingress limit attached
+// for its sockets' next segments to lift their window clamps.
+const rxReleaseWait = 50 * time.Millisecond
 
 // remove detaches and unpins the link of (id, d), then deletes its map
 // entries. Detaching first means no packet sees a half-removed limit.

@@ -83,6 +83,7 @@ const (
 	ingressMapHbmRxMap       = "hbm_rx_map"
 	ingressMapHbmStatsMap    = "hbm_stats_map"
 	ingressProgHbmIngress    = "hbm_ingress"
+	ingressProgHbmRxSockops  = "hbm_rx_sockops"
 	ingressVarHbmCgroupId    = "hbm_cgroup_id"
 	ingressVarHbmCgroupLevel = "hbm_cgroup_level"
 )
@@ -129,7 +130,8 @@ type ingressSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ingressProgramSpecs struct {
-	HbmIngress *ebpf.ProgramSpec `ebpf:"hbm_ingress"`
+	HbmIngress   *ebpf.ProgramSpec `ebpf:"hbm_ingress"`
+	HbmRxSockops *ebpf.ProgramSpec `ebpf:"hbm_rx_sockops"`
 }
 
 // ingressMapSpecs contains maps before they are loaded into the kernel.
@@ -200,12 +202,14 @@ type ingressVariables struct {
 //
 // It can be passed to loadIngressObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ingressPrograms struct {
-	HbmIngress *ebpf.Program `ebpf:"hbm_ingress"`
+	HbmIngress   *ebpf.Program `ebpf:"hbm_ingress"`
+	HbmRxSockops *ebpf.Program `ebpf:"hbm_rx_sockops"`
 }
 
 func (p *ingressPrograms) Close() error {
 	return _IngressClose(
 		p.HbmIngress,
+		p.HbmRxSockops,
 	)
 }
 
