@@ -93,4 +93,16 @@ struct hbm_flow {
 	__u64 applied_Bps;                /* SO_MAX_PACING_RATE last set */
 };
 
+/* Ingress state of one receiving socket (sk_storage, hbm_rx_map). A drop
+ * opens a hole in the flow's sequence space; until the receiver's rcv_nxt
+ * passes hole_end (the retransmission arrived) no further packet of the flow
+ * is dropped, so a loss is always followed by packets that reveal it, and a
+ * retransmission is never dropped. */
+struct hbm_rx {
+	__u64 hole_ns;  /* when the hole was made (0: none) */
+	__u32 hole_end; /* sequence number just past the dropped payload */
+	__u32 clamp;    /* receive-window assist: TCP_WINDOW_CLAMP last set (0: none) */
+	__u64 level_Bps[HBM_PACE_LEVELS]; /* receive-window assist: rate per cgroup level */
+};
+
 #endif /* HBM_H */

@@ -25,9 +25,17 @@ struct pkt {
 	__u64 wire_bytes; /* what the packet costs on the wire, all segments */
 	__u32 segs;       /* wire packets it becomes */
 	__u32 len;        /* skb length (first segment's headers + all payload) */
+	__u32 seq;        /* TCP: sequence number of the first payload byte */
+	__u32 payload;    /* TCP: payload bytes (0: SYN, FIN, pure ACK) */
 	__u8 is_tcp;
 	__u8 ecn;
+	__u8 tcp_flags;   /* TCP: header byte 13 (FIN 0x01 SYN 0x02 RST 0x04 PSH 0x08) */
 };
+
+#define TCPF_FIN 0x01
+#define TCPF_SYN 0x02
+#define TCPF_RST 0x04
+#define TCPF_PSH 0x08
 
 /* pkt_parse fills p. Unknown or truncated packets still get a cost (their
  * length) so that nothing goes unaccounted. */
@@ -40,6 +48,9 @@ static __always_inline void pkt_parse(struct __sk_buff *skb, struct pkt *p)
 		p->len = MAX_PKT_BYTES;
 	p->is_tcp = 0;
 	p->ecn = ECN_NOT_ECT;
+	p->seq = 0;
+	p->payload = 0;
+	p->tcp_flags = 0;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct iphdr ip;
@@ -64,7 +75,11 @@ static __always_inline void pkt_parse(struct __sk_buff *skb, struct pkt *p)
 
 		if (!bpf_skb_load_bytes(skb, hdr, &th, sizeof(th))) {
 			p->is_tcp = 1;
+			p->seq = bpf_ntohl(th.seq);
+			p->tcp_flags = ((__u8 *)&th)[13];
 			hdr += th.doff * 4;
+			if (hdr < p->len)
+				p->payload = p->len - hdr;
 		}
 	} else if (proto == IPPROTO_UDP) {
 		hdr += UDP_HDR_BYTES;

@@ -8,9 +8,13 @@
  *                               drop_large. Other traffic: pass.
  *   backlog > drop_large        large packets dropped
  *   backlog > drop_small        all packets dropped
- * Never dropped: TCP flows with fewer than min_inflight packets out (egress;
- * the probe timer would stall them) and anything under HBM_F_NO_DROP.
- * Dropped packets are not charged. */
+ * Never dropped: anything under HBM_F_NO_DROP; on egress, TCP flows with
+ * fewer than min_inflight packets out (the probe timer would stall them); on
+ * ingress, what rx_protected() spares (the receiver's proxy for the same
+ * rule). Dropped packets are not charged.
+ *
+ * Ingress can only signal the sender: no congestion code (the kernel ignores
+ * bit 1 there), a drop is a real loss the sender must detect and repair. */
 #ifndef HBM_POLICY_H
 #define HBM_POLICY_H
 
@@ -37,6 +41,65 @@ static __always_inline int tcp_protected(struct __sk_buff *skb, const struct hbm
 		return 0;
 	tp = bpf_tcp_sock(sk);
 	return tp && tp->packets_out < cfg->min_inflight;
+}
+
+/* How long an ingress hole may stay open before the flow may be dropped
+ * from again (the sender gave up, or the retransmission went elsewhere). */
+#define RX_HOLE_TIMEOUT_NS 1000000000ULL
+
+/* rx_protected reports whether dropping this ingress TCP packet could leave
+ * its sender unable to see the loss quickly, or repeat a loss it is already
+ * repairing. The receiver cannot read the sender's packets_out, so it uses
+ * what it sees:
+ *  - no payload (SYN, FIN, pure ACK): nothing to gain, and an ACK lost
+ *    stalls the group's own sending;
+ *  - PSH, FIN, RST: usually the last segment of a burst; nothing follows it
+ *    to reveal its loss but the sender's loss-probe or retransmit timer;
+ *  - an open hole: the flow already lost a packet to us and the receiver's
+ *    rcv_nxt has not passed it. Its retransmission (and everything until it
+ *    arrives) passes, so at most one loss per flow is outstanding and it is
+ *    always followed by packets that reveal it (SACK, RACK). */
+static __always_inline int rx_protected(struct __sk_buff *skb, const struct pkt *p, __u64 now)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct bpf_tcp_sock *tp;
+	struct hbm_rx *rx;
+
+	if (!p->payload || (p->tcp_flags & (TCPF_PSH | TCPF_FIN | TCPF_SYN | TCPF_RST)))
+		return 1;
+	if (!sk)
+		return 0;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return 0;
+	tp = bpf_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	rx = bpf_sk_storage_get(&hbm_rx_map, sk, 0, 0);
+	if (!rx || !rx->hole_ns)
+		return 0;
+	if ((__s32)(tp->rcv_nxt - rx->hole_end) < 0 && now - rx->hole_ns < RX_HOLE_TIMEOUT_NS)
+		return 1;
+	rx->hole_ns = 0; /* repaired (or given up on) */
+	return 0;
+}
+
+/* rx_hole records that this ingress TCP packet was dropped. */
+static __always_inline void rx_hole(struct __sk_buff *skb, const struct pkt *p, __u64 now)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct hbm_rx *rx;
+
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return;
+	rx = bpf_sk_storage_get(&hbm_rx_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!rx)
+		return;
+	rx->hole_ns = now ? now : 1;
+	rx->hole_end = p->seq + p->payload;
 }
 
 /* cwr_roll draws the congestion code with probability (backlog - mark) /
@@ -74,11 +137,15 @@ static __always_inline int hbm_police(struct __sk_buff *skb, __u64 cgroup_id, __
 		return HBM_RET_PASS;
 
 	pkt_parse(skb, &p);
-	may_drop = !(cfg->flags & HBM_F_NO_DROP);
-	if (may_drop && p.is_tcp && dir == HBM_DIR_EGRESS && tcp_protected(skb, cfg))
-		may_drop = 0;
-
 	now = bpf_ktime_get_ns();
+	may_drop = !(cfg->flags & HBM_F_NO_DROP);
+	if (may_drop && p.is_tcp) {
+		if (dir == HBM_DIR_EGRESS && tcp_protected(skb, cfg))
+			may_drop = 0;
+		else if (dir == HBM_DIR_INGRESS && rx_protected(skb, &p, now))
+			may_drop = 0;
+	}
+
 	bpf_spin_lock(&q->lock);
 	backlog = vq_clamp(q, cfg, now);
 	frac = q->frac;
@@ -97,8 +164,13 @@ static __always_inline int hbm_police(struct __sk_buff *skb, __u64 cgroup_id, __
 	if (drop) {
 		st->dropped += p.segs;
 		st->dropped_bytes += p.wire_bytes;
+		if (dir == HBM_DIR_INGRESS) {
+			if (p.is_tcp)
+				rx_hole(skb, &p, now);
+			return HBM_RET_DROP;
+		}
 		/* Egress TCP learns of the drop at once and enters CWR. */
-		return p.is_tcp && dir == HBM_DIR_EGRESS ? HBM_RET_DROP_CN : HBM_RET_DROP;
+		return p.is_tcp ? HBM_RET_DROP_CN : HBM_RET_DROP;
 	}
 	st->packets += p.segs;
 	st->bytes += p.wire_bytes;

@@ -54,17 +54,19 @@ func resolveGroup(arg string) (cgroup.Group, error) {
 
 func newSetCmd() *cobra.Command {
 	var (
-		egress   rate.Rate
-		th       rate.Thresholds
-		loopback bool
-		noDrop   bool
-		minInfl  uint32
-		noPace   bool
+		egress, ingress rate.Rate
+		th              rate.Thresholds
+		loopback        bool
+		noDrop          bool
+		minInfl         uint32
+		noPace          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "set CGROUP --egress RATE",
-		Short: "Limit a cgroup's bandwidth (again: change the rate live)",
-		Long: `Limit the egress of every socket in CGROUP and its descendants to RATE.
+		Use:   "set CGROUP [--egress RATE] [--ingress RATE]",
+		Short: "Limit a cgroup's egress and/or ingress bandwidth (again: change it live)",
+		Long: `Limit what every socket in CGROUP and its descendants sends (--egress) and/or
+receives (--ingress) to RATE. Give at least one; the two directions are
+independent limits, and a direction not named is left as it is.
 
 CGROUP is a cgroup v2 path, absolute (under the cgroup2 mount) or relative to
 the mount ("/" is the root group). RATE uses tc's units: bit, kbit, mbit, gbit,
@@ -72,19 +74,46 @@ tbit for bits per second; bps, kbps, mbps, gbps for bytes per second; from
 8kbit to 400gbit. Setting a limited group again changes its limit in place:
 no detach, no unlimited burst, counters kept.
 
-Thresholds are times of virtual queue at RATE; each is raised to hold a few
-full-size packets at low rates.`,
+Ingress can only signal the senders: CE marks on ECN-capable packets past
+--mark, drops past the drop thresholds (never pure ACKs, a burst's last
+segment, or more than one loss per flow at a time). With --no-drop it only
+marks: the incast-protection mode, e.g. on the root group just below the link
+rate, so ECN senders back off before the switch buffer in front of the host
+overflows.
+
+The options apply to every direction named in the same call; set the
+directions in two calls to give them different options. Thresholds are times
+of virtual queue at RATE; each is raised to hold a few full-size packets at
+low rates.`,
 		Example: `  hbm set /workload/batch --egress 200mbit
   hbm set /sys/fs/cgroup/unified/workload/batch --egress 1.5gbit
+  hbm set /workload/batch --egress 200mbit --ingress 500mbit
+  hbm set / --ingress 9gbit --no-drop --mark 500us
   hbm set / --egress 9gbit --mark 500us`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !cmd.Flags().Changed("egress") {
-				return usagef("set: give a rate with --egress RATE")
+			type want struct {
+				d dataplane.Direction
+				l dataplane.Limit
 			}
-			th = th.Fit(egress)
-			if err := th.Validate(); err != nil {
-				return usageError{err}
+			var wants []want
+			for _, w := range []struct {
+				flag string
+				d    dataplane.Direction
+				r    rate.Rate
+			}{{"egress", dataplane.Egress, egress}, {"ingress", dataplane.Ingress, ingress}} {
+				if !cmd.Flags().Changed(w.flag) {
+					continue
+				}
+				t := th.Fit(w.r)
+				if err := t.Validate(); err != nil {
+					return usageError{fmt.Errorf("--%s %v: %w", w.flag, w.r, err)}
+				}
+				wants = append(wants, want{w.d, dataplane.Limit{Rate: w.r, Thresholds: t, Loopback: loopback,
+					NoDrop: noDrop, MinInflight: minInfl, NoPace: noPace}})
+			}
+			if len(wants) == 0 {
+				return usagef("set: give a rate with --egress RATE and/or --ingress RATE")
 			}
 			g, err := resolveGroup(args[0])
 			if err != nil {
@@ -98,26 +127,51 @@ full-size packets at low rates.`,
 				return err
 			}
 			defer m.Close()
-			lim := dataplane.Limit{Rate: egress, Thresholds: th, Loopback: loopback, NoDrop: noDrop, MinInflight: minInfl, NoPace: noPace}
-			if err := m.Set(g, dataplane.Egress, lim); err != nil {
-				return err
+			// What the group had, to put back if a later direction fails.
+			before := map[dataplane.Direction]*dataplane.Limit{}
+			if es, err := m.List(); err == nil {
+				for _, e := range es {
+					if e.CgroupID == g.ID {
+						l := e.Limit
+						before[e.Dir] = &l
+					}
+				}
+			}
+			for i, w := range wants {
+				if err := m.Set(g, w.d, w.l); err != nil {
+					for _, done := range wants[:i] {
+						if old := before[done.d]; old != nil {
+							m.Set(g, done.d, *old)
+						} else {
+							m.Unset(g, done.d)
+						}
+					}
+					return err
+				}
 			}
 			warn(m)
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: egress limited to %v\n", g.Rel, egress)
+			for _, w := range wants {
+				mode := ""
+				if w.l.NoDrop {
+					mode = " (mark only)"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limited to %v%s\n", g.Rel, w.d, w.l.Rate, mode)
+			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.Var(&egress, "egress", "egress `RATE` (e.g. 200mbit, 1gbit)")
+	f.Var(&ingress, "ingress", "ingress `RATE` (e.g. 500mbit, 9gbit)")
 	f.BoolVar(&loopback, "loopback", false, "police loopback traffic too (exempt by default)")
-	f.BoolVar(&noDrop, "no-drop", false, "mark only, never drop")
-	f.BoolVar(&noPace, "no-pace", false, "no pacing assist: police with marks and drops only")
+	f.BoolVar(&noDrop, "no-drop", false, "mark only, never drop (ingress: incast protection)")
+	f.BoolVar(&noPace, "no-pace", false, "no pacing assist (egress): police with marks and drops only")
 	f.DurationVar(&th.Burst, "burst", rate.DefaultBurst, "credit an idle group keeps, in time at RATE")
 	f.DurationVar(&th.Pace, "pace", rate.DefaultPace, "virtual queue the pacing assist steers each group to")
-	f.DurationVar(&th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked (CE, or cwr for non-ECN TCP)")
+	f.DurationVar(&th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked (CE; egress: cwr for non-ECN TCP)")
 	f.DurationVar(&th.DropLarge, "drop-large", rate.DefaultDropLarge, "virtual queue above which large packets are dropped")
 	f.DurationVar(&th.DropSmall, "drop-small", rate.DefaultDropSmall, "virtual queue above which all packets are dropped")
-	f.Uint32Var(&minInfl, "min-inflight", 0, "never drop TCP flows with fewer packets out (experiments)")
+	f.Uint32Var(&minInfl, "min-inflight", 0, "never drop egress TCP flows with fewer packets out (experiments)")
 	f.MarkHidden("min-inflight")
 	return cmd
 }
@@ -130,41 +184,84 @@ func warn(m *dataplane.Manager) {
 }
 
 func newUnsetCmd() *cobra.Command {
+	var egress, ingress bool
 	cmd := &cobra.Command{
-		Use:     "unset CGROUP",
-		Short:   "Remove a cgroup's limit and everything it pinned",
-		Example: `  hbm unset /workload/batch`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "unset CGROUP [--egress] [--ingress]",
+		Short: "Remove a cgroup's limits (both directions, or the one named)",
+		Long: `Remove the limits of CGROUP and everything they pinned: both directions by
+default, only egress with --egress, only ingress with --ingress. Pacing caps
+the egress limit put on sockets are lifted. It fails, changing nothing, when
+no limit named is set.`,
+		Example: `  hbm unset /workload/batch
+  hbm unset /workload/batch --ingress`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			g, err := resolveGroup(args[0])
 			if err != nil {
 				return err
 			}
+			dirs := []dataplane.Direction{}
+			if egress {
+				dirs = append(dirs, dataplane.Egress)
+			}
+			if ingress {
+				dirs = append(dirs, dataplane.Ingress)
+			}
+			named := len(dirs) > 0
+			if !named {
+				dirs = []dataplane.Direction{dataplane.Egress, dataplane.Ingress}
+			}
 			if err := requireRoot(); err != nil {
 				return err
 			}
 			if !dataplane.Pinned(pinDir) {
-				return fmt.Errorf("%s egress: %w", g.Rel, dataplane.ErrNotFound)
+				return fmt.Errorf("%s: %w", g.Rel, dataplane.ErrNotFound)
 			}
 			m, err := dataplane.Open(pinDir)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
-			if err := m.Unset(g, dataplane.Egress); err != nil {
+			es, err := m.List()
+			if err != nil {
 				return err
 			}
+			set := map[dataplane.Direction]bool{}
+			for _, e := range es {
+				if e.CgroupID == g.ID {
+					set[e.Dir] = true
+				}
+			}
+			var todo []dataplane.Direction
+			for _, d := range dirs {
+				if set[d] {
+					todo = append(todo, d)
+				} else if named {
+					return fmt.Errorf("%s %v: %w", g.Rel, d, dataplane.ErrNotFound)
+				}
+			}
+			if len(todo) == 0 {
+				return fmt.Errorf("%s: %w", g.Rel, dataplane.ErrNotFound)
+			}
+			for _, d := range todo {
+				if err := m.Unset(g, d); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limit removed\n", g.Rel, d)
+			}
 			warn(m)
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: egress limit removed\n", g.Rel)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&egress, "egress", false, "remove only the egress limit")
+	cmd.Flags().BoolVar(&ingress, "ingress", false, "remove only the ingress limit")
 	return cmd
 }
 
 // dirJSON is one direction of a limit in `hbm show --json`.
 type dirJSON struct {
 	RateBps uint64 `json:"rate_bps"`
+	NoDrop  bool   `json:"no_drop,omitempty"`
 	dataplane.Stats
 }
 
@@ -187,7 +284,7 @@ func groupEntries(es []dataplane.Entry) []limitJSON {
 			idx[e.CgroupID] = i
 			out = append(out, limitJSON{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Cgroup == ""})
 		}
-		d := &dirJSON{RateBps: uint64(e.Limit.Rate), Stats: e.Stats}
+		d := &dirJSON{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Stats: e.Stats}
 		if e.Dir == dataplane.Ingress {
 			out[i].Ingress = d
 		} else {

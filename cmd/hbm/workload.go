@@ -35,8 +35,15 @@ func newWorkloadCmd() *cobra.Command {
 		Args:   cobra.NoArgs,
 	}
 	cmd.AddCommand(newWorkloadServeCmd(), newWorkloadRunCmd(), newWorkloadBenchCmd())
+	for _, add := range workloadSubcommands {
+		cmd.AddCommand(add())
+	}
 	return cmd
 }
+
+// workloadSubcommands are further workload tools, registered by the init
+// functions of their own files (incast.go).
+var workloadSubcommands []func() *cobra.Command
 
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

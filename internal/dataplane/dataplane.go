@@ -98,6 +98,7 @@ type Manager struct {
 	queues *ebpf.Map
 	stats  *ebpf.Map
 	flows  *ebpf.Map // pacing assist's per-socket state (sk_storage)
+	rx     *ebpf.Map // ingress per-socket state (sk_storage)
 }
 
 const (
@@ -105,6 +106,7 @@ const (
 	mapQueues = "hbm_queue_map"
 	mapStats  = "hbm_stats_map"
 	mapFlows  = "hbm_flow_map"
+	mapRx     = "hbm_rx_map"
 	linksDir  = "links"
 )
 
@@ -160,7 +162,7 @@ func open(dir string, how int, create bool) (*Manager, error) {
 		m.Close()
 		return nil, fmt.Errorf("load embedded BPF object: %w", err)
 	}
-	for name, dst := range map[string]**ebpf.Map{mapLimits: &m.limits, mapQueues: &m.queues, mapStats: &m.stats, mapFlows: &m.flows} {
+	for name, dst := range map[string]**ebpf.Map{mapLimits: &m.limits, mapQueues: &m.queues, mapStats: &m.stats, mapFlows: &m.flows, mapRx: &m.rx} {
 		ms := spec.Maps[name].Copy()
 		var mp *ebpf.Map
 		if create {
@@ -224,7 +226,7 @@ func ensureBPFFS(dir string) error {
 
 // Close releases the maps and the lock. Pinned state stays.
 func (m *Manager) Close() error {
-	for _, mp := range []*ebpf.Map{m.limits, m.queues, m.stats, m.flows} {
+	for _, mp := range []*ebpf.Map{m.limits, m.queues, m.stats, m.flows, m.rx} {
 		if mp != nil {
 			mp.Close()
 		}
@@ -241,8 +243,8 @@ func (m *Manager) linkPath(id uint64, d Direction) string {
 
 func key(id uint64, d Direction) egressHbmKey { return egressHbmKey{CgroupId: id, Dir: uint32(d)} }
 
-// config turns a Limit into the data plane's configuration.
-func config(l Limit) (egressHbmConfig, error) {
+// config turns a Limit on direction d into the data plane's configuration.
+func config(d Direction, l Limit) (egressHbmConfig, error) {
 	if l.Rate < rate.Min || l.Rate > rate.Max {
 		return egressHbmConfig{}, fmt.Errorf("rate %v out of range [%v, %v]", l.Rate, rate.Min, rate.Max)
 	}
@@ -277,7 +279,7 @@ func config(l Limit) (egressHbmConfig, error) {
 		c.Flags |= flagNoDrop
 	}
 	if !l.NoPace {
-		c.Flags |= flagPace
+		c.Flags |= flagPace // egress: pacing assist; ingress: receive-window assist
 	}
 	return c, nil
 }
@@ -311,10 +313,10 @@ func limitOf(c egressHbmConfig) Limit {
 // counters carry on. On a new group the configuration is written before the
 // program is attached, so no packet passes unlimited.
 func (m *Manager) Set(g cgroup.Group, d Direction, l Limit) error {
-	if d != Egress {
-		return fmt.Errorf("%v limits are not supported yet", d)
+	if d != Egress && d != Ingress {
+		return fmt.Errorf("unknown direction %v", d)
 	}
-	cfg, err := config(l)
+	cfg, err := config(d, l)
 	if err != nil {
 		return err
 	}
@@ -349,7 +351,7 @@ func (m *Manager) Set(g cgroup.Group, d Direction, l Limit) error {
 		m.remove(g.ID, d)
 		return err
 	}
-	if l.NoPace {
+	if l.NoPace || d != Egress {
 		return nil
 	}
 	// Connections opened before the limit get the pacing assist too. Without
@@ -360,10 +362,15 @@ func (m *Manager) Set(g cgroup.Group, d Direction, l Limit) error {
 	return nil
 }
 
-// attach loads an instance of the program for g and attaches it with a link
-// pinned at lp.
+// attach loads an instance of direction d's program for g and attaches it
+// with a link pinned at lp (egress: with its pacing assist's sockops program,
+// pinned at lp-sockops).
 func (m *Manager) attach(g cgroup.Group, d Direction, lp string) error {
-	spec, err := loadEgress()
+	load, prog, hook := loadEgress, "hbm_egress", ebpf.AttachCGroupInetEgress
+	if d == Ingress {
+		load, prog, hook = loadIngress, "hbm_ingress", ebpf.AttachCGroupInetIngress
+	}
+	spec, err := load()
 	if err != nil {
 		return fmt.Errorf("load embedded BPF object: %w", err)
 	}
@@ -373,9 +380,8 @@ func (m *Manager) attach(g cgroup.Group, d Direction, lp string) error {
 	if err := spec.Variables["hbm_cgroup_level"].Set(level(g)); err != nil {
 		return fmt.Errorf("set program constant: %w", err)
 	}
-	var objs egressObjects
-	err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{mapLimits: m.limits, mapQueues: m.queues, mapStats: m.stats, mapFlows: m.flows},
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		MapReplacements: m.shared(spec),
 	})
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -384,8 +390,8 @@ func (m *Manager) attach(g cgroup.Group, d Direction, lp string) error {
 		}
 		return fmt.Errorf("load %v program: %w", d, err)
 	}
-	defer objs.Close()
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: g.Dir, Attach: ebpf.AttachCGroupInetEgress, Program: objs.HbmEgress})
+	defer coll.Close()
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: g.Dir, Attach: hook, Program: coll.Programs[prog]})
 	if err != nil {
 		return fmt.Errorf("attach %v program to %s: %w", d, g.Dir, err)
 	}
@@ -393,7 +399,14 @@ func (m *Manager) attach(g cgroup.Group, d Direction, lp string) error {
 	if err := l.Pin(lp); err != nil {
 		return fmt.Errorf("pin link for %s at %s: %w", g, lp, err)
 	}
-	sl, err := link.AttachCgroup(link.CgroupOptions{Path: g.Dir, Attach: ebpf.AttachCGroupSockOps, Program: objs.HbmSockops})
+	sp := coll.Programs["hbm_sockops"]
+	if d == Ingress {
+		sp = coll.Programs["hbm_rx_sockops"]
+	}
+	if sp == nil {
+		return nil
+	}
+	sl, err := link.AttachCgroup(link.CgroupOptions{Path: g.Dir, Attach: ebpf.AttachCGroupSockOps, Program: sp})
 	if err != nil {
 		return fmt.Errorf("attach sockops program to %s: %w", g.Dir, err)
 	}
@@ -402,6 +415,18 @@ func (m *Manager) attach(g cgroup.Group, d Direction, lp string) error {
 		return fmt.Errorf("pin link: %w", err)
 	}
 	return nil
+}
+
+// shared returns the pinned maps that spec's object declares, by name.
+func (m *Manager) shared(spec *ebpf.CollectionSpec) map[string]*ebpf.Map {
+	all := map[string]*ebpf.Map{mapLimits: m.limits, mapQueues: m.queues, mapStats: m.stats, mapFlows: m.flows, mapRx: m.rx}
+	out := map[string]*ebpf.Map{}
+	for name, mp := range all {
+		if _, ok := spec.Maps[name]; ok {
+			out[name] = mp
+		}
+	}
+	return out
 }
 
 // checkLink reports whether the pinned link at lp is still attached to a group.
@@ -429,7 +454,7 @@ func (m *Manager) Unset(g cgroup.Group, d Direction) error {
 	if err := m.limits.Lookup(&k, &c); err != nil && statErr != nil {
 		return fmt.Errorf("%s %v: %w", g, d, ErrNotFound)
 	}
-	m.release(g, k, c)
+	m.release(g, d, k, c)
 	if err := m.remove(g.ID, d); err != nil {
 		return err
 	}
@@ -437,11 +462,14 @@ func (m *Manager) Unset(g cgroup.Group, d Direction) error {
 	return nil
 }
 
-// release turns a paced limit into a pass-through, then lifts the pacing
-// caps it set on its sockets (idle ones too) with the socket walker, before
-// the links go. A socket the walker cannot reach (a namespace no process of
-// the group uses any more) keeps its last cap until it closes.
-func (m *Manager) release(g cgroup.Group, k egressHbmKey, c egressHbmConfig) {
+// release turns a paced limit into a pass-through, then lifts what its
+// assist set on sockets before the links go. Egress: the pacing caps, with
+// the socket walker (idle sockets too); a socket the walker cannot reach (a
+// namespace no process of the group uses any more) keeps its last cap until
+// it closes. Ingress: the receive-window clamps, which the group's sockops
+// program lifts on each socket's next segment; it gets rxReleaseWait for
+// that, and a socket idle for all of it keeps its clamp until it closes.
+func (m *Manager) release(g cgroup.Group, d Direction, k egressHbmKey, c egressHbmConfig) {
 	if c.Flags&flagPace == 0 {
 		return
 	}
@@ -449,10 +477,18 @@ func (m *Manager) release(g cgroup.Group, k egressHbmKey, c egressHbmConfig) {
 	if err := m.limits.Update(&k, &c, ebpf.UpdateExist); err != nil {
 		return
 	}
+	if d == Ingress {
+		time.Sleep(rxReleaseWait)
+		return
+	}
 	if _, _, err := m.walkSockets(g, true); err != nil {
 		m.Warnings = append(m.Warnings, fmt.Sprintf("pacing caps of %s not all lifted: %v", g, err))
 	}
 }
+
+// rxReleaseWait is how long unset leaves a releasing ingress limit attached
+// for its sockets' next segments to lift their window clamps.
+const rxReleaseWait = 50 * time.Millisecond
 
 // remove detaches and unpins the link of (id, d), then deletes its map
 // entries. Detaching first means no packet sees a half-removed limit.

@@ -19,38 +19,49 @@ import (
 
 const testCgroupID = 4242
 
-// harness is one loaded egress program with private (unpinned) maps.
+// harness is one loaded egress or ingress program with private (unpinned)
+// maps.
 type harness struct {
 	t      *testing.T
-	objs   egressObjects
+	coll   *ebpf.Collection
+	prog   *ebpf.Program
 	key    egressHbmKey
 	cfg    egressHbmConfig
 	ifidx  uint32
 	limits *ebpf.Map
 	queues *ebpf.Map
 	stats  *ebpf.Map
+	rx     *ebpf.Map
 }
 
-func newHarness(t *testing.T, l Limit) *harness {
+func newHarness(t *testing.T, l Limit) *harness { return newHarnessDir(t, Egress, l) }
+
+func newHarnessDir(t *testing.T, d Direction, l Limit) *harness {
 	testutil.RequireRoot(t)
-	spec, err := loadEgress()
+	load, prog := loadEgress, "hbm_egress"
+	if d == Ingress {
+		load, prog = loadIngress, "hbm_ingress"
+	}
+	spec, err := load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := spec.Variables["hbm_cgroup_id"].Set(uint64(testCgroupID)); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, key: key(testCgroupID, Egress)}
-	if err := spec.LoadAndAssign(&h.objs, nil); err != nil {
+	h := &harness{t: t, key: key(testCgroupID, d)}
+	h.coll, err = ebpf.NewCollection(spec)
+	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			t.Fatalf("verifier: %+v", ve)
 		}
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.objs.Close() })
-	h.limits, h.queues, h.stats = h.objs.HbmLimitMap, h.objs.HbmQueueMap, h.objs.HbmStatsMap
-	h.cfg, err = config(l)
+	t.Cleanup(func() { h.coll.Close() })
+	h.prog = h.coll.Programs[prog]
+	h.limits, h.queues, h.stats, h.rx = h.coll.Maps[mapLimits], h.coll.Maps[mapQueues], h.coll.Maps[mapStats], h.coll.Maps[mapRx]
+	h.cfg, err = config(d, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +142,7 @@ func (h *harness) runOn(ifindex uint32, pkt []byte, gsoSegs, gsoSize uint32) (ui
 	}
 	in := append(eth, pkt...)
 	out := make([]byte, len(in)+256)
-	ret, err := h.objs.HbmEgress.Run(&ebpf.RunOptions{Data: in, DataOut: out, Context: skbCtx(ifindex, gsoSegs, gsoSize)})
+	ret, err := h.prog.Run(&ebpf.RunOptions{Data: in, DataOut: out, Context: skbCtx(ifindex, gsoSegs, gsoSize)})
 	if err != nil {
 		h.t.Fatalf("test run: %v", err)
 	}

@@ -55,6 +55,14 @@ type egressHbmQueue struct {
 	PaceBytes uint64
 }
 
+type egressHbmRx struct {
+	_        structs.HostLayout
+	HoleNs   uint64
+	HoleEnd  uint32
+	Clamp    uint32
+	LevelBps [8]uint64
+}
+
 type egressHbmStats struct {
 	_            structs.HostLayout
 	Bytes        uint64
@@ -72,6 +80,7 @@ const (
 	egressMapHbmFlowMap     = "hbm_flow_map"
 	egressMapHbmLimitMap    = "hbm_limit_map"
 	egressMapHbmQueueMap    = "hbm_queue_map"
+	egressMapHbmRxMap       = "hbm_rx_map"
 	egressMapHbmStatsMap    = "hbm_stats_map"
 	egressProgHbmEgress     = "hbm_egress"
 	egressProgHbmSockops    = "hbm_sockops"
@@ -132,6 +141,7 @@ type egressMapSpecs struct {
 	HbmFlowMap  *ebpf.MapSpec `ebpf:"hbm_flow_map"`
 	HbmLimitMap *ebpf.MapSpec `ebpf:"hbm_limit_map"`
 	HbmQueueMap *ebpf.MapSpec `ebpf:"hbm_queue_map"`
+	HbmRxMap    *ebpf.MapSpec `ebpf:"hbm_rx_map"`
 	HbmStatsMap *ebpf.MapSpec `ebpf:"hbm_stats_map"`
 }
 
@@ -166,6 +176,7 @@ type egressMaps struct {
 	HbmFlowMap  *ebpf.Map `ebpf:"hbm_flow_map"`
 	HbmLimitMap *ebpf.Map `ebpf:"hbm_limit_map"`
 	HbmQueueMap *ebpf.Map `ebpf:"hbm_queue_map"`
+	HbmRxMap    *ebpf.Map `ebpf:"hbm_rx_map"`
 	HbmStatsMap *ebpf.Map `ebpf:"hbm_stats_map"`
 }
 
@@ -174,6 +185,7 @@ func (m *egressMaps) Close() error {
 		m.HbmFlowMap,
 		m.HbmLimitMap,
 		m.HbmQueueMap,
+		m.HbmRxMap,
 		m.HbmStatsMap,
 	)
 }

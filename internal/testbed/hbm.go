@@ -96,3 +96,32 @@ func (h HBM) Egress(cgroup string) (*Counters, error) {
 	}
 	return nil, nil
 }
+
+// SetIngress limits cgroup's ingress to rate, with extra `hbm set` flags
+// (e.g. "--no-drop").
+func (h HBM) SetIngress(cgroup, rate string, extra ...string) error {
+	_, err := h.run(append([]string{"set", cgroup, "--ingress", rate}, extra...)...)
+	return err
+}
+
+// UnsetDir removes one direction ("egress" or "ingress") of cgroup's limits.
+func (h HBM) UnsetDir(cgroup, dir string) error {
+	_, err := h.run("unset", cgroup, "--"+dir)
+	return err
+}
+
+// Ingress returns cgroup's ingress counters from `hbm show --json` (nil,
+// nil when cgroup has no ingress limit).
+func (h HBM) Ingress(cgroup string) (*Counters, error) {
+	st, err := h.Show()
+	if err != nil {
+		return nil, err
+	}
+	want := filepath.Clean("/" + cgroup)
+	for _, g := range st {
+		if filepath.Clean("/"+g.Cgroup) == want {
+			return g.Ingress, nil
+		}
+	}
+	return nil, nil
+}
