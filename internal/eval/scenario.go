@@ -457,7 +457,7 @@ func (s *Scenario) validate() error {
 		}
 		for j, a := range c.HBMArgs {
 			if !strings.HasPrefix(a, "--") || a == "--egress" || a == "--ingress" {
-				return ferr(fmt.Sprintf("%s.hbm_args[%d]", f, j), "%q: want hbm set options such as --no-pace (the rate comes from egress/ingress)", a)
+				return ferr(fmt.Sprintf("%s.hbm_args[%d]", f, j), "%q: want hbm set options such as --no-pace or --mark=200us (the rate comes from egress/ingress)", a)
 			}
 		}
 	}

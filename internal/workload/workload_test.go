@@ -63,8 +63,8 @@ func TestRPCLatency(t *testing.T) {
 		if n := float64(r.RPC.Count); n < 0.6*wantN || n > 1.05*wantN {
 			t.Errorf("delay %v: %d RPCs, want about %.0f", delay, r.RPC.Count, wantN)
 		}
-		if r.RPC.P50 < d || r.RPC.P50 > d+5000 {
-			t.Errorf("delay %v: P50 %.0fus, want in [%.0f, %.0f]", delay, r.RPC.P50, d, d+5000)
+		if r.RPC.P50 < d || r.RPC.P50 > d+15000 {
+			t.Errorf("delay %v: P50 %.0fus, want in [%.0f, %.0f]", delay, r.RPC.P50, d, d+15000)
 		}
 		if r.RPC.Max < r.RPC.P99 || r.RPC.P99 < r.RPC.P50 || r.RPC.P999 < r.RPC.P99 {
 			t.Errorf("percentiles out of order: %+v", r.RPC)
@@ -308,13 +308,15 @@ func TestMergeLatency(t *testing.T) {
 	if l.Count != rs[0].RPC.Count+rs[1].RPC.Count {
 		t.Errorf("merged count %d, want %d + %d", l.Count, rs[0].RPC.Count, rs[1].RPC.Count)
 	}
-	// About 4 of 5 requests went to the 5 ms server: the median is near
-	// 5 ms, the P99 and max near 20 ms.
-	if l.P50 < 5000 || l.P50 > 10000 {
-		t.Errorf("merged P50 %.0fus, want 5..10 ms", l.P50)
+	// About 4 of 5 requests went to the 5 ms server: the median comes from
+	// it, the P99 and max from the 20 ms one. The upper bounds are loose (a
+	// busy machine adds milliseconds) but still catch a merge that kept
+	// only one of the two histograms.
+	if l.P50 < 5000 || l.P50 >= 20000 {
+		t.Errorf("merged P50 %.0fus, want 5..20 ms", l.P50)
 	}
-	if l.P99 < 20000 || l.P99 > 30000 || l.Max < 20000 {
-		t.Errorf("merged P99 %.0fus max %.0fus, want 20..30 ms", l.P99, l.Max)
+	if l.P99 < 20000 || l.P99 > 200000 || l.Max < 20000 {
+		t.Errorf("merged P99 %.0fus max %.0fus, want 20..200 ms", l.P99, l.Max)
 	}
 	if _, ok := MergeLatency([]*Result{{}}); ok {
 		t.Error("merged a result without a histogram")
