@@ -2,11 +2,13 @@
 /* HBM socket walker: a TCP socket iterator run by `hbm set` and `hbm unset`
  * in each network namespace the group's processes use.
  *
- * On set (hbm_release == 0) it turns on the per-ACK callback of sockets that
- * were connected before the limit existed, so the pacing assist reaches them
- * too (sockops sees only connections established after attach). On unset
- * (hbm_release == 1) it lifts the pacing cap this level set, so no socket
- * keeps a limit that is gone, idle ones included. Built on vmlinux.h (CO-RE):
+ * On set (hbm_release == 0) it turns on the sockops callback the assist of
+ * direction hbm_dir needs (egress pacing: every ACK; ingress receive window:
+ * every segment) for sockets connected before the limit existed, so the
+ * assist reaches them too (sockops sees only connections established after
+ * attach). On unset (hbm_release == 1) it lifts what this level's assist set
+ * (the pacing cap, the receive-window clamp), so no socket keeps a limit that
+ * is gone, idle ones included. Built on vmlinux.h (CO-RE):
  * it reads the socket's cgroup, which no uapi struct exposes. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -15,12 +17,12 @@
 
 #define SOL_SOCKET 1
 #define SOL_TCP 6
-#define RTT_CB_FLAG (1 << 3)       /* BPF_SOCK_OPS_RTT_CB_FLAG */
 #define SOCK_OPS_CB_FLAGS_OPT 1008 /* TCP_BPF_SOCK_OPS_CB_FLAGS */
 
 const volatile __u64 hbm_cgroup_id = 0;
 const volatile __u32 hbm_cgroup_level = 0;
 const volatile __u32 hbm_release = 0;
+const volatile __u32 hbm_dir = HBM_DIR_EGRESS;
 
 /* Counts for user space: sockets of the group seen, and changed. */
 __u64 seen = 0;
@@ -45,6 +47,25 @@ static __always_inline int in_group(struct sock *sk)
 	return BPF_CORE_READ(anc, kn, id) == hbm_cgroup_id;
 }
 
+/* release_rx lifts the receive-window clamp this level set, unless another
+ * level still clamps. */
+static __always_inline int release_rx(struct tcp_sock *tp)
+{
+	struct hbm_rx *rx = bpf_sk_storage_get(&hbm_rx_map, tp, 0, 0);
+	__u32 val = RXWIN_MAX;
+
+	if (!rx || !rx->level_Bps[hbm_cgroup_level & (HBM_PACE_LEVELS - 1)])
+		return 0;
+	rx->level_Bps[hbm_cgroup_level & (HBM_PACE_LEVELS - 1)] = 0;
+	if (rx_clamped(rx) || !rx->clamp)
+		return 0;
+	if (!bpf_setsockopt(tp, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val))) {
+		rx->clamp = 0;
+		changed++;
+	}
+	return 0;
+}
+
 SEC("iter/tcp")
 int hbm_sockets(struct bpf_iter__tcp *ctx)
 {
@@ -53,7 +74,7 @@ int hbm_sockets(struct bpf_iter__tcp *ctx)
 	struct tcp_sock *tp;
 	__u64 want;
 	__u32 val;
-	int flags;
+	int flags, want_flag;
 
 	if (!skc)
 		return 0;
@@ -62,14 +83,18 @@ int hbm_sockets(struct bpf_iter__tcp *ctx)
 		return 0;
 	seen++;
 	if (!hbm_release) {
+		want_flag = hbm_dir == HBM_DIR_INGRESS ? BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG
+						       : BPF_SOCK_OPS_RTT_CB_FLAG;
 		flags = tp->bpf_sock_ops_cb_flags;
-		if (flags & RTT_CB_FLAG)
+		if (flags & want_flag)
 			return 0;
-		flags |= RTT_CB_FLAG;
+		flags |= want_flag;
 		if (!bpf_setsockopt(tp, SOL_TCP, SOCK_OPS_CB_FLAGS_OPT, &flags, sizeof(flags)))
 			changed++;
 		return 0;
 	}
+	if (hbm_dir == HBM_DIR_INGRESS)
+		return release_rx(tp);
 	f = bpf_sk_storage_get(&hbm_flow_map, tp, 0, 0);
 	if (!f || !f->level_Bps[hbm_cgroup_level & (HBM_PACE_LEVELS - 1)])
 		return 0;

@@ -7,6 +7,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "hbm.h"
+#include "flow.h"
 
 #define HBM_MAX_LIMITS 16384
 
@@ -31,12 +32,5 @@ struct {
 	__type(value, struct hbm_stats);
 } hbm_stats_map SEC(".maps");
 
-/* Ingress: per receiving socket state (struct hbm_rx). */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct hbm_rx);
-} hbm_rx_map SEC(".maps");
 
 #endif /* HBM_MAPS_H */

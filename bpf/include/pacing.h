@@ -123,6 +123,8 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops, __u64 cgroup_id,
 	sk = skops->sk;
 	if (!cfg || !q || !sk)
 		return 1;
+	if (!(cfg->flags & HBM_F_LOOPBACK) && ops_local(skops))
+		return 1; /* not policed: not paced either */
 	if (!(cfg->flags & HBM_F_PACE) || (cfg->flags & HBM_F_RELEASE)) {
 		/* Paced before (pacing turned off, or the limit is going): lift it. */
 		f = bpf_sk_storage_get(&hbm_flow_map, sk, 0, 0);

@@ -22,14 +22,14 @@
 
 #include "hbm.h"
 #include "maps.h"
+#include "flow.h"
+#include "tcp.h"
 
 #ifndef SOL_TCP
 #define SOL_TCP 6
 #endif
-#define TCP_WINDOW_CLAMP_OPT 10
 #define RXWIN_MIN_MSS        2      /* never clamp below this many segments */
 #define RXWIN_MIN_RTT_US     20     /* RTT floor of the window estimate */
-#define RXWIN_MAX            (64U << 20)
 
 static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id, __u32 level)
 {
@@ -38,7 +38,8 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 	struct hbm_queue *q;
 	struct hbm_rx *rx;
 	struct bpf_sock *sk;
-	__u64 c, rtt, win, mss, least;
+	struct tcp_sock *tp;
+	__u64 c, rtt, win, mss, least, cur;
 	__u32 val;
 	int i;
 
@@ -58,16 +59,17 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 		return 1;
 	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
 	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+	if (cfg && !(cfg->flags & HBM_F_LOOPBACK) && ops_local(skops))
+		return 1; /* not policed: its window is not clamped either */
 	if (!cfg || !q || !(cfg->flags & HBM_F_PACE) || (cfg->flags & HBM_F_RELEASE)) {
 		/* Clamped before (assist off, or the limit is going): lift it. */
 		rx = bpf_sk_storage_get(&hbm_rx_map, sk, 0, 0);
 		if (rx && rx->clamp) {
 			rx->level_Bps[level & (HBM_PACE_LEVELS - 1)] = 0;
 			val = RXWIN_MAX;
-			for (i = 0; i < HBM_PACE_LEVELS; i++)
-				if (rx->level_Bps[i])
-					val = 0; /* another level still clamps: it will set its own */
-			if (val && !bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val)))
+			/* Another level still clamping sets its own on its callback. */
+			if (!rx_clamped(rx) &&
+			    !bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val)))
 				rx->clamp = 0;
 		}
 		return 1;
@@ -83,7 +85,14 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 	for (i = 0; i < HBM_PACE_LEVELS; i++)
 		if (rx->level_Bps[i] && rx->level_Bps[i] < least)
 			least = rx->level_Bps[i];
-	rtt = skops->srtt_us >> 3;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 1;
+	/* The flow's RTT as the receiver sees it: its own estimate (a receiver
+	 * that sends no data has only the handshake's srtt), or srtt if larger. */
+	rtt = tp->rcv_rtt_est.rtt_us >> 3;
+	if (rtt < skops->srtt_us >> 3)
+		rtt = skops->srtt_us >> 3;
 	if (rtt < RXWIN_MIN_RTT_US)
 		rtt = RXWIN_MIN_RTT_US;
 	mss = skops->mss_cache ? skops->mss_cache : 1448;
@@ -92,8 +101,11 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 		win = RXWIN_MIN_MSS * mss;
 	if (win > RXWIN_MAX)
 		win = RXWIN_MAX;
-	/* Skip the setsockopt unless the window moved by more than 1/8. */
-	if (rx->clamp && win <= rx->clamp + (rx->clamp >> 3) && win + (win >> 3) >= rx->clamp)
+	/* Skip the setsockopt unless the socket's clamp is off by more than
+	 * 1/8. The socket's own, not the one last set: receive autotuning
+	 * raises the clamp with the receive buffer (tcp_rcv_space_adjust). */
+	cur = tp->window_clamp;
+	if (win <= cur + (cur >> 3) && win + (win >> 3) >= cur)
 		return 1;
 	val = win;
 	if (!bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val)))

@@ -351,13 +351,13 @@ func (m *Manager) Set(g cgroup.Group, d Direction, l Limit) error {
 		m.remove(g.ID, d)
 		return err
 	}
-	if l.NoPace || d != Egress {
+	if l.NoPace {
 		return nil
 	}
-	// Connections opened before the limit get the pacing assist too. Without
-	// it they are still limited, by marks and drops only: not fatal.
-	if _, _, err := m.walkSockets(g, false); err != nil {
-		m.Warnings = append(m.Warnings, fmt.Sprintf("existing connections of %s not paced: %v", g, err))
+	// Connections opened before the limit get the assist too. Without it
+	// they are still limited, by marks and drops only: not fatal.
+	if _, _, err := m.walkSockets(g, d, false); err != nil {
+		m.Warnings = append(m.Warnings, fmt.Sprintf("existing connections of %s %v not assisted: %v", g, d, err))
 	}
 	return nil
 }
@@ -462,13 +462,12 @@ func (m *Manager) Unset(g cgroup.Group, d Direction) error {
 	return nil
 }
 
-// release turns a paced limit into a pass-through, then lifts what its
-// assist set on sockets before the links go. Egress: the pacing caps, with
-// the socket walker (idle sockets too); a socket the walker cannot reach (a
-// namespace no process of the group uses any more) keeps its last cap until
-// it closes. Ingress: the receive-window clamps, which the group's sockops
-// program lifts on each socket's next segment; it gets rxReleaseWait for
-// that, and a socket idle for all of it keeps its clamp until it closes.
+// release turns an assisted limit into a pass-through, then lifts what its
+// assist set on sockets before the links go: the egress pacing caps or the
+// ingress receive-window clamps. The socket walker reaches idle sockets too;
+// a socket in a namespace no process of the group uses any more keeps its
+// last cap or clamp until it closes (or, if it is active, until its next
+// ACK or segment runs the releasing sockops program).
 func (m *Manager) release(g cgroup.Group, d Direction, k egressHbmKey, c egressHbmConfig) {
 	if c.Flags&flagPace == 0 {
 		return
@@ -477,18 +476,10 @@ func (m *Manager) release(g cgroup.Group, d Direction, k egressHbmKey, c egressH
 	if err := m.limits.Update(&k, &c, ebpf.UpdateExist); err != nil {
 		return
 	}
-	if d == Ingress {
-		time.Sleep(rxReleaseWait)
-		return
-	}
-	if _, _, err := m.walkSockets(g, true); err != nil {
-		m.Warnings = append(m.Warnings, fmt.Sprintf("pacing caps of %s not all lifted: %v", g, err))
+	if _, _, err := m.walkSockets(g, d, true); err != nil {
+		m.Warnings = append(m.Warnings, fmt.Sprintf("%v assists of %s not all lifted: %v", d, g, err))
 	}
 }
-
-// rxReleaseWait is how long unset leaves a releasing ingress limit attached
-// for its sockets' next segments to lift their window clamps.
-const rxReleaseWait = 50 * time.Millisecond
 
 // remove detaches and unpins the link of (id, d), then deletes its map
 // entries. Detaching first means no packet sees a half-removed limit.

@@ -21,11 +21,12 @@ import (
 
 // walkSockets runs the socket iterator (bpf/sockets.bpf.c) over the TCP
 // sockets of group g in every network namespace its processes use, plus
-// hbm's own. With release false it turns on the pacing assist's per-ACK
-// callback for sockets connected before the limit; with release true it
-// lifts the pacing cap g's level set. It returns how many sockets of g it saw
-// and changed.
-func (m *Manager) walkSockets(g cgroup.Group, release bool) (seen, changed uint64, err error) {
+// hbm's own. With release false it turns on the sockops callback direction
+// d's assist needs (egress: every ACK; ingress: every segment) for sockets
+// connected before the limit; with release true it lifts what g's level set
+// (egress: the pacing cap; ingress: the receive-window clamp). It returns how
+// many sockets of g it saw and changed.
+func (m *Manager) walkSockets(g cgroup.Group, d Direction, release bool) (seen, changed uint64, err error) {
 	spec, err := loadSockets()
 	if err != nil {
 		return 0, 0, fmt.Errorf("load embedded socket walker: %w", err)
@@ -34,13 +35,14 @@ func (m *Manager) walkSockets(g cgroup.Group, release bool) (seen, changed uint6
 	if release {
 		rel = 1
 	}
-	for name, v := range map[string]any{"hbm_cgroup_id": g.ID, "hbm_cgroup_level": level(g), "hbm_release": rel} {
+	vars := map[string]any{"hbm_cgroup_id": g.ID, "hbm_cgroup_level": level(g), "hbm_release": rel, "hbm_dir": uint32(d)}
+	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return 0, 0, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{mapFlows: m.flows},
+		MapReplacements: map[string]*ebpf.Map{mapFlows: m.flows, mapRx: m.rx},
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("load socket walker: %w", err)

@@ -19,15 +19,25 @@ type socketsHbmFlow struct {
 	AppliedBps uint64
 }
 
+type socketsHbmRx struct {
+	_        structs.HostLayout
+	HoleNs   uint64
+	HoleEnd  uint32
+	Clamp    uint32
+	LevelBps [8]uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	socketsMapHbmFlowMap     = "hbm_flow_map"
+	socketsMapHbmRxMap       = "hbm_rx_map"
 	socketsProgHbmSockets    = "hbm_sockets"
 	socketsVarChanged        = "changed"
 	socketsVarHbmCgroupId    = "hbm_cgroup_id"
 	socketsVarHbmCgroupLevel = "hbm_cgroup_level"
+	socketsVarHbmDir         = "hbm_dir"
 	socketsVarHbmRelease     = "hbm_release"
 	socketsVarSeen           = "seen"
 )
@@ -82,6 +92,7 @@ type socketsProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type socketsMapSpecs struct {
 	HbmFlowMap *ebpf.MapSpec `ebpf:"hbm_flow_map"`
+	HbmRxMap   *ebpf.MapSpec `ebpf:"hbm_rx_map"`
 }
 
 // socketsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -91,6 +102,7 @@ type socketsVariableSpecs struct {
 	Changed        *ebpf.VariableSpec `ebpf:"changed"`
 	HbmCgroupId    *ebpf.VariableSpec `ebpf:"hbm_cgroup_id"`
 	HbmCgroupLevel *ebpf.VariableSpec `ebpf:"hbm_cgroup_level"`
+	HbmDir         *ebpf.VariableSpec `ebpf:"hbm_dir"`
 	HbmRelease     *ebpf.VariableSpec `ebpf:"hbm_release"`
 	Seen           *ebpf.VariableSpec `ebpf:"seen"`
 }
@@ -116,11 +128,13 @@ func (o *socketsObjects) Close() error {
 // It can be passed to loadSocketsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socketsMaps struct {
 	HbmFlowMap *ebpf.Map `ebpf:"hbm_flow_map"`
+	HbmRxMap   *ebpf.Map `ebpf:"hbm_rx_map"`
 }
 
 func (m *socketsMaps) Close() error {
 	return _SocketsClose(
 		m.HbmFlowMap,
+		m.HbmRxMap,
 	)
 }
 
@@ -131,6 +145,7 @@ type socketsVariables struct {
 	Changed        *ebpf.Variable `ebpf:"changed"`
 	HbmCgroupId    *ebpf.Variable `ebpf:"hbm_cgroup_id"`
 	HbmCgroupLevel *ebpf.Variable `ebpf:"hbm_cgroup_level"`
+	HbmDir         *ebpf.Variable `ebpf:"hbm_dir"`
 	HbmRelease     *ebpf.Variable `ebpf:"hbm_release"`
 	Seen           *ebpf.Variable `ebpf:"seen"`
 }

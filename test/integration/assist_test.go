@@ -1,0 +1,269 @@
+package integration
+
+// What the assists (egress pacing, ingress receive window) leave on sockets,
+// read back from the sockets themselves: the test owns both ends of a TCP
+// connection, created while the test process sat in the limited group.
+
+import (
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/cgroup"
+)
+
+// inCgroup runs fn with the test process in the cgroup directory dir, so the
+// sockets fn creates belong to it (a socket keeps the cgroup it was created
+// in; an accepted socket, its listener's). The process goes back to its own
+// cgroup before inCgroup returns.
+func inCgroup(t *testing.T, dir string, fn func()) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own string
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			own = rest
+		}
+	}
+	m, err := cgroup.Mount()
+	if err != nil || own == "" {
+		t.Fatalf("own cgroup: %q, %v", own, err)
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0); err != nil {
+		t.Fatalf("enter %s: %v", dir, err)
+	}
+	defer func() {
+		if err := os.WriteFile(filepath.Join(m, own, "cgroup.procs"), pid, 0); err != nil {
+			t.Fatalf("back to %s: %v", own, err)
+		}
+	}()
+	fn()
+}
+
+// inNamedNetns runs fn on a locked OS thread in the named network namespace ("":
+// the current one).
+func inNamedNetns(t *testing.T, name string, fn func() error) {
+	t.Helper()
+	if name == "" {
+		if err := fn(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread dies with its netns
+		h, err := netns.GetFromName(name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("netns %s: %v", name, err)
+	}
+}
+
+// tcpPair connects a client in clientNS to a listener in serverNS at addr
+// (host:0), the listener created inside the cgroup directory dir when
+// listenIn, else the client (neither when dir is ""). It returns the client and the accepted socket.
+func tcpPair(t *testing.T, dir string, listenIn bool, serverNS, clientNS, host string) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	var ln net.Listener
+	listen := func() error {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+		return err
+	}
+	var c net.Conn
+	dial := func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+		return err
+	}
+	if dir == "" {
+		inNamedNetns(t, serverNS, listen)
+		inNamedNetns(t, clientNS, dial)
+	} else if listenIn {
+		inCgroup(t, dir, func() { inNamedNetns(t, serverNS, listen) })
+		inNamedNetns(t, clientNS, dial)
+	} else {
+		inNamedNetns(t, serverNS, listen)
+		inCgroup(t, dir, func() { inNamedNetns(t, clientNS, dial) })
+	}
+	defer ln.Close()
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+	s, err := ln.Accept()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// pump sends from w to r for d (at most 64 MB), then waits until r has read
+// everything, so both sockets are idle when it returns.
+func pump(t *testing.T, w, r *net.TCPConn, d time.Duration) {
+	t.Helper()
+	done := make(chan int64, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, r)
+		done <- n
+	}()
+	buf := make([]byte, 64<<10)
+	var sent int64
+	for end := time.Now().Add(d); time.Now().Before(end) && sent < 64<<20; sent += int64(len(buf)) {
+		w.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := w.Write(buf); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+	}
+	// Half-close so the reader sees EOF; the connection stays open (idle).
+	if err := w.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-done:
+		if n != sent {
+			t.Fatalf("read %d of %d bytes", n, sent)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("reader did not finish in 10s")
+	}
+}
+
+// ping sends a few segments from w to r and reads them.
+func ping(t *testing.T, w, r *net.TCPConn) {
+	t.Helper()
+	buf := make([]byte, 4<<10)
+	for i := 0; i < 4; i++ {
+		w.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		r.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := w.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(r, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// groupProc starts a process in network namespace ns and moves it into the
+// cgroup directory dir; it is killed at cleanup.
+func groupProc(t *testing.T, dir, ns string) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns, "sleep", "120")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sockopt(t *testing.T, c *net.TCPConn, level, opt int) int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var serr error
+	if err := rc.Control(func(fd uintptr) { v, serr = unix.GetsockoptInt(int(fd), level, opt) }); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatalf("getsockopt %d/%d: %v", level, opt, serr)
+	}
+	return v
+}
+
+const (
+	rxWinMax      = 64 << 20   // RXWIN_MAX: the clamp an unset leaves
+	paceUnlimited = 0xffffffff // SO_MAX_PACING_RATE: no cap
+)
+
+// TestIngressUnsetLiftsIdleClamp: a receiving socket clamped by the ingress
+// window assist, then idle, gets its window back from `hbm unset` (the
+// socket walker), not only when its next segment arrives.
+func TestIngressUnsetLiftsIdleClamp(t *testing.T) {
+	l := egSetup(t, "ingidle")
+	group, dir := l.cgroup(t, "r")
+	c, s := tcpPair(t, dir, true, l.tb.ReceiverNS, l.tb.SenderNS, l.tb.ReceiverIP4.String())
+	// A process of the group in the receiver's namespace, as a server would
+	// be: the socket walker visits the namespaces the group's processes use.
+	groupProc(t, dir, l.tb.ReceiverNS)
+	if err := l.hbm.SetIngress(group, "500mbit"); err != nil {
+		t.Fatalf("hbm set --ingress: %v", err)
+	}
+	t.Cleanup(func() { l.hbm.Unset(group) })
+	pump(t, c, s, time.Second)
+	clamped := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	t.Logf("window clamp under the limit: %d", clamped)
+	// 500mbit is 62.5 MB/s: a few hundred microseconds of it is tens of KB.
+	// Receive autotuning alone would have grown it to megabytes.
+	if clamped > 256<<10 {
+		t.Fatalf("window clamp %d under a 500mbit ingress limit: the assist did not clamp", clamped)
+	}
+	l.unset(t, group)
+	if got := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); got < rxWinMax {
+		t.Errorf("window clamp %d after unset, want >= %d: the idle socket keeps the old limit", got, rxWinMax)
+	}
+}
+
+// TestLoopbackNotAssisted: connections that stay on the host (exempt from
+// policing unless --loopback) are neither paced nor window-clamped.
+func TestLoopbackNotAssisted(t *testing.T) {
+	l := egSetup(t, "lonot")
+	group, dir := l.cgroup(t, "w")
+	for _, host := range []string{"127.0.0.1", "::1"} {
+		t.Run(host, func(t *testing.T) {
+			// One pair with the receiver in the group, one with the sender,
+			// and a control pair outside it.
+			c, s := tcpPair(t, dir, true, "", "", host)
+			c2, s2 := tcpPair(t, dir, false, "", "", host)
+			c3, s3 := tcpPair(t, "", false, "", "", host)
+			if err := l.hbm.Set(group, "200mbit"); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.hbm.SetIngress(group, "200mbit"); err != nil {
+				t.Fatal(err)
+			}
+			defer l.hbm.Unset(group)
+			// A few segments: the assists act on every ACK and segment.
+			for _, p := range [][2]*net.TCPConn{{c, s}, {c2, s2}, {c3, s3}} {
+				ping(t, p[0], p[1])
+			}
+			if got := sockopt(t, c2, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE); uint32(got) != paceUnlimited {
+				t.Errorf("loopback sender in the group paced at %d bytes/s", got)
+			}
+			got := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+			want := sockopt(t, s3, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+			if got != want {
+				t.Errorf("loopback receiver in the group has window clamp %d, one outside it %d", got, want)
+			}
+		})
+	}
+}
