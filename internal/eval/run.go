@@ -515,6 +515,14 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		run.Error = err.Error()
 		return run
 	}
+	routeCC := ""
+	if base == "dctcp" {
+		routeCC = base
+	}
+	if err := t.routeCC(routeCC); err != nil {
+		run.Error = err.Error()
+		return run
+	}
 	shapedQ, undo, skip, err := r.applyLimiter(t, eps, lim)
 	defer undo()
 	if skip != "" || err != nil {
@@ -927,7 +935,7 @@ func meta(o Options) result.Meta {
 			m.Sysctls[k] = strings.Join(strings.Fields(string(b)), " ")
 		}
 	}
-	m.Sysctls["eval.netns"] = "tcp_no_metrics_save=1, ipv6 off, tcp_ecn=1 for -ecn and dctcp runs else 2"
+	m.Sysctls["eval.netns"] = "tcp_no_metrics_save=1, ipv6 off, tcp_ecn=1 for -ecn and dctcp runs else 2, routes congctl dctcp in dctcp runs"
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control"); err == nil {
 		m.CCAvailable = strings.Fields(string(b))
 	}

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/testbed"
 )
 
 // Everything an eval creates is named after its process id, so that two
@@ -385,6 +386,21 @@ func (t *topology) setAll(key, value string) error {
 	for _, h := range t.hosts {
 		if err := nsSysctl(h.ns, key, value); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// routeCC sets the congestion control of every host's routes (congctl;
+// "" clears it). DCTCP needs it at the receiving end too: a listener
+// negotiates ECN with a DCTCP sender only if its own congestion control needs
+// ECN, and a child namespace may not make HBM's BPF dctcp its default.
+func (t *topology) routeCC(cc string) error {
+	for _, h := range t.hosts {
+		for _, dev := range h.dev {
+			if err := testbed.SetRouteCC(h.ns, dev, cc); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

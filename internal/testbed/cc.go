@@ -5,13 +5,17 @@ import (
 	"strings"
 )
 
-// RouteCC sets the congestion control of ns's IPv4 and IPv6 routes on dev
+// RouteCC sets the congestion control of the testbed's routes on dev in ns;
+// see SetRouteCC.
+func (tb *Testbed) RouteCC(ns, dev, cc string) error { return SetRouteCC(ns, dev, cc) }
+
+// SetRouteCC sets the congestion control of ns's IPv4 and IPv6 routes on dev
 // (ip route change ... congctl CC). DCTCP needs it at the receiver too: the
 // workload server picks no congestion control, and a Linux listener accepts
 // ECN on a DCTCP (ECT-marked) SYN only if its own congestion control needs
 // ECN; `congctl dctcp` on the route gives it one that does. An empty cc
 // removes the per-route setting.
-func (tb *Testbed) RouteCC(ns, dev, cc string) error {
+func SetRouteCC(ns, dev, cc string) error {
 	for _, fam := range []string{"-4", "-6"} {
 		out, err := output("ip", "-n", ns, fam, "route", "show", "dev", dev)
 		if err != nil {
