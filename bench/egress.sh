@@ -10,7 +10,7 @@
 #   WARMUP    warm-up seconds per cell (default 2)
 #   RATES     comma list of limits (default 200mbit,1gbit)
 #   CCS       comma list (default cubic,cubic+ecn,bbr,dctcp; dctcp is installed
-#             with `hbm cc install` if the kernel has none)
+#             with `hbm cc install` if the kernel has none, removed at the end)
 #   LIMITERS  comma list (default none,hbm,htb,tbf)
 #   HBM_BIN   hbm binary (default bin/hbm; built by `make build`)
 # About 28 cells x (DURATION + WARMUP + ~1 s): ~6 minutes by default.

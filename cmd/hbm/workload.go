@@ -327,11 +327,19 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) err
 
 	var rows []*benchRow
 	for _, ccName := range o.ccs {
-		cc, ecn := strings.CutSuffix(ccName, "+ecn")
+		base, ecn := strings.CutSuffix(ccName, "+ecn")
 		if err := tb.SetECN(ecn); err != nil {
 			return err
 		}
-		if err := benchCC(tb, cc, stderr); err != nil {
+		installed, err := benchCC(tb, base, stderr)
+		if installed {
+			defer func() {
+				if _, err := cc.Remove(cc.DCTCP, false); err != nil {
+					fmt.Fprintf(stderr, "bench: remove dctcp: %v\n", err)
+				}
+			}()
+		}
+		if err != nil {
 			return err
 		}
 		for _, lim := range o.limiters {
@@ -349,7 +357,7 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) err
 				}
 				cfg := workload.Config{
 					Addr: tb.ReceiverAddr(testbed.ServerPort, o.ipv6), Streams: o.streams, RPCs: o.rpcs,
-					RPCSize: rpcSize, Warmup: o.warmup, Duration: o.duration, CC: cc,
+					RPCSize: rpcSize, Warmup: o.warmup, Duration: o.duration, CC: base,
 				}
 				benchCell(ctx, l, row, cfg, o.tbfBurst)
 				rows = append(rows, row)
@@ -367,21 +375,22 @@ func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) err
 }
 
 // benchCC prepares congestion control cc: dctcp is installed (HBM's BPF one,
-// if the kernel has none; it stays, as `hbm cc install` would leave it) and
-// the receiver's routes use it too, so that its listener negotiates ECN and
-// echoes CE as DCTCP does. Other congestion controls clear the route setting.
-func benchCC(tb *testbed.Testbed, name string, log io.Writer) error {
+// if the kernel has none) and the receiver's routes use it too, so that its
+// listener negotiates ECN and echoes CE as DCTCP does. Other congestion
+// controls clear the route setting. It returns whether it installed dctcp,
+// for the caller to remove it again when the benchmark ends.
+func benchCC(tb *testbed.Testbed, name string, log io.Writer) (installed bool, err error) {
 	if name != cc.DCTCP {
-		return tb.RouteCC(tb.ReceiverNS, tb.ReceiverDev, "")
+		return false, tb.RouteCC(tb.ReceiverNS, tb.ReceiverDev, "")
 	}
 	res, err := cc.Install(name)
 	if err != nil {
-		return fmt.Errorf("bench: dctcp: %w", err)
+		return false, fmt.Errorf("bench: dctcp: %w", err)
 	}
 	if res.Outcome == cc.Installed {
-		fmt.Fprintf(log, "bench: dctcp: %s (hbm cc remove dctcp takes it away)\n", res.Detail)
+		fmt.Fprintf(log, "bench: dctcp: %s (removed again at the end)\n", res.Detail)
 	}
-	return tb.RouteCC(tb.ReceiverNS, tb.ReceiverDev, name)
+	return res.Outcome == cc.Installed, tb.RouteCC(tb.ReceiverNS, tb.ReceiverDev, name)
 }
 
 // benchCell installs the limiter, runs the workload and removes the limiter.
