@@ -392,8 +392,13 @@ func TestDCTCPEgressLimit(t *testing.T) {
 			if d.Dropped != 0 {
 				t.Errorf("hbm dropped %d packets, want 0", d.Dropped)
 			}
-			if r.Retransmits != 0 {
-				t.Errorf("%d retransmissions, want 0", r.Retransmits)
+			// tcpi_total_retrans also counts tail-loss probes, which the
+			// probe timer sends now and then on a 25 us RTT with paced
+			// flows even when nothing was lost (HBM dropped nothing).
+			// Allow those, at most 1 in 10,000 packets; a loss-driven
+			// recovery retransmits far more.
+			if r.Retransmits*10000 > d.Packets {
+				t.Errorf("%d retransmissions in %d packets, want at most 1 in 10,000", r.Retransmits, d.Packets)
 			}
 			// Marks are not required: HBM's pacing assist may hold the
 			// flows below the mark threshold on its own.
