@@ -16,7 +16,6 @@ package testbed
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -384,7 +383,7 @@ func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res[i], errs[i] = in.runClient(ctx, ns, bin, cfg)
+			res[i], errs[i] = in.tb.runClient(ctx, ns, "", bin, cfg)
 		}()
 	}
 	wg.Wait()
@@ -419,35 +418,6 @@ func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port
 		r.RPCP50 = (p50s[(n-1)/2] + p50s[n/2]) / 2
 	}
 	return r, nil
-}
-
-func (in *Incast) runClient(ctx context.Context, ns, bin string, cfg workload.Config) (*workload.Result, error) {
-	p := in.tb.Command(ns, "", bin, ClientArgs(cfg)...)
-	var stdout, stderr syncBuffer
-	p.Cmd.Stdout, p.Cmd.Stderr = &stdout, &stderr
-	if err := p.Start(); err != nil {
-		return nil, err
-	}
-	limit := cfg.Warmup + cfg.Duration + 30*time.Second
-	var err error
-	select {
-	case <-p.Done():
-		err = p.Wait()
-	case <-ctx.Done():
-		p.Kill()
-		return nil, ctx.Err()
-	case <-time.After(limit):
-		p.Kill()
-		err = fmt.Errorf("still running after %v: killed", limit)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("testbed: workload client in %s: %w: %s", ns, err, strings.TrimSpace(stderr.String()))
-	}
-	var r workload.Result
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return nil, fmt.Errorf("testbed: workload client in %s: %w: %q", ns, err, stdout.String())
-	}
-	return &r, nil
 }
 
 // Close stops the processes the testbed started and removes its

@@ -71,7 +71,14 @@ func ClientArgs(cfg workload.Config) []string {
 // the cgroup at cgroupDir and returns its result. It is bounded by the run's
 // warm-up and duration plus 30s.
 func (tb *Testbed) RunClient(ctx context.Context, bin, cgroupDir string, cfg workload.Config) (*workload.Result, error) {
-	p := tb.Command(tb.SenderNS, cgroupDir, bin, ClientArgs(cfg)...)
+	return tb.runClient(ctx, tb.SenderNS, cgroupDir, bin, cfg)
+}
+
+// runClient runs `bin workload run --json` in namespace ns (inside the
+// cgroup at cgroupDir unless it is "") and returns its result, bounded by
+// the run's warm-up and duration plus 30s.
+func (tb *Testbed) runClient(ctx context.Context, ns, cgroupDir, bin string, cfg workload.Config) (*workload.Result, error) {
+	p := tb.Command(ns, cgroupDir, bin, ClientArgs(cfg)...)
 	var stdout, stderr syncBuffer
 	p.Cmd.Stdout, p.Cmd.Stderr = &stdout, &stderr
 	if err := p.Start(); err != nil {
@@ -90,11 +97,11 @@ func (tb *Testbed) RunClient(ctx context.Context, bin, cgroupDir string, cfg wor
 		err = fmt.Errorf("still running after %v: killed", limit)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("testbed: workload client: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("testbed: workload client in %s: %w: %s", ns, err, strings.TrimSpace(stderr.String()))
 	}
 	var r workload.Result
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return nil, fmt.Errorf("testbed: workload client output: %w: %q", err, stdout.String())
+		return nil, fmt.Errorf("testbed: workload client output in %s: %w: %q", ns, err, stdout.String())
 	}
 	return &r, nil
 }
