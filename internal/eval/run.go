@@ -424,7 +424,7 @@ func window(ctx context.Context, cs []*client, d time.Duration) ([]*workload.Res
 			return nil, err
 		}
 	}
-	werr := sleepCtx(ctx, d)
+	werr := workload.SleepCtx(ctx, d)
 	for _, c := range cs {
 		c.send("end")
 	}
@@ -444,20 +444,6 @@ func window(ctx context.Context, cs []*client, d time.Duration) ([]*workload.Res
 		out[i] = &wr
 	}
 	return out, nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // calibrate measures the unlimited stream goodput of cgroup c toward its
@@ -484,7 +470,7 @@ func (r *runner) calibrate(ctx context.Context, t *topology, eps []*endpoint, c 
 	if line, err := cl.next(ctx, 15*time.Second); err != nil || line != "ready" {
 		return 0, "", fmt.Errorf("calibration client: %q %v", line, err)
 	}
-	sleepCtx(ctx, time.Second)
+	workload.SleepCtx(ctx, time.Second)
 	rs, err := window(ctx, []*client{cl}, 2*time.Second)
 	if err != nil {
 		return 0, "", err
@@ -550,7 +536,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		return run
 	}
 	defer stopAll(cs)
-	if err := sleepCtx(ctx, warm); err != nil {
+	if err := workload.SleepCtx(ctx, warm); err != nil {
 		run.Error = err.Error()
 		return run
 	}

@@ -586,14 +586,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer c.Close()
-	if err := sleepCtx(ctx, cfg.Warmup); err != nil {
+	if err := SleepCtx(ctx, cfg.Warmup); err != nil {
 		return nil, err
 	}
 	if err := c.Begin(""); err != nil {
 		return nil, err
 	}
 	// Cancellation ends the window early but still reports it.
-	sleepCtx(ctx, cfg.Duration)
+	SleepCtx(ctx, cfg.Duration)
 	return c.End()
 }
 
@@ -680,7 +680,9 @@ func RunScript(ctx context.Context, cfg Config, cmds io.Reader, emit func(line s
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// SleepCtx waits d or until ctx is done, whichever comes first, and
+// returns ctx's error in the second case.
+func SleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
