@@ -84,14 +84,24 @@ func (h HBM) Show() ([]GroupStatus, error) {
 // Egress returns cgroup's egress counters from `hbm show --json` (nil, nil
 // when cgroup has no egress limit).
 func (h HBM) Egress(cgroup string) (*Counters, error) {
+	g, err := h.group(cgroup)
+	if g == nil {
+		return nil, err
+	}
+	return g.Egress, nil
+}
+
+// group returns cgroup's entry in `hbm show --json` (nil, nil when it has no
+// limit).
+func (h HBM) group(cgroup string) (*GroupStatus, error) {
 	st, err := h.Show()
 	if err != nil {
 		return nil, err
 	}
 	want := filepath.Clean("/" + cgroup)
-	for _, g := range st {
-		if filepath.Clean("/"+g.Cgroup) == want {
-			return g.Egress, nil
+	for i := range st {
+		if filepath.Clean("/"+st[i].Cgroup) == want {
+			return &st[i], nil
 		}
 	}
 	return nil, nil
@@ -113,15 +123,9 @@ func (h HBM) UnsetDir(cgroup, dir string) error {
 // Ingress returns cgroup's ingress counters from `hbm show --json` (nil,
 // nil when cgroup has no ingress limit).
 func (h HBM) Ingress(cgroup string) (*Counters, error) {
-	st, err := h.Show()
-	if err != nil {
+	g, err := h.group(cgroup)
+	if g == nil {
 		return nil, err
 	}
-	want := filepath.Clean("/" + cgroup)
-	for _, g := range st {
-		if filepath.Clean("/"+g.Cgroup) == want {
-			return g.Ingress, nil
-		}
-	}
-	return nil, nil
+	return g.Ingress, nil
 }
