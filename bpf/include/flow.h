@@ -31,16 +31,22 @@ struct {
 #define TCP_WINDOW_CLAMP_OPT 10         /* TCP_WINDOW_CLAMP, SOL_TCP */
 #define RXWIN_MAX            (64U << 20) /* a window clamp that clamps nothing */
 
-/* flow_want is the least rate the socket's limited levels allow, bytes/s. */
-static __always_inline __u64 flow_want(const struct hbm_flow *f)
+/* levels_least is the least non-zero per-level rate, bytes/s, at most max. */
+static __always_inline __u64 levels_least(const __u64 *level_Bps, __u64 max)
 {
-	__u64 want = PACE_UNLIMITED;
+	__u64 least = max;
 	int i;
 
 	for (i = 0; i < HBM_PACE_LEVELS; i++)
-		if (f->level_Bps[i] && f->level_Bps[i] < want)
-			want = f->level_Bps[i];
-	return want;
+		if (level_Bps[i] && level_Bps[i] < least)
+			least = level_Bps[i];
+	return least;
+}
+
+/* flow_want is the least rate the socket's limited levels allow, bytes/s. */
+static __always_inline __u64 flow_want(const struct hbm_flow *f)
+{
+	return levels_least(f->level_Bps, PACE_UNLIMITED);
 }
 
 /* rx_clamped reports whether any cgroup level still clamps the socket's

@@ -41,7 +41,6 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 	struct tcp_sock *tp;
 	__u64 c, rtt, win, mss, least, cur;
 	__u32 val;
-	int i;
 
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
@@ -81,10 +80,7 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 	if (!c)
 		c = cfg->rate_bps / 8;
 	rx->level_Bps[level & (HBM_PACE_LEVELS - 1)] = c;
-	least = c;
-	for (i = 0; i < HBM_PACE_LEVELS; i++)
-		if (rx->level_Bps[i] && rx->level_Bps[i] < least)
-			least = rx->level_Bps[i];
+	least = levels_least(rx->level_Bps, c);
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 1;
