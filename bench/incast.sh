@@ -26,40 +26,7 @@ hbm="${HBM_BIN:-$root/bin/hbm}"
 name=incbench
 group=/hbm-incbench/r
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "incast.sh: needs root (namespaces, cgroups, BPF)" >&2
-	exit 1
-fi
-if [ ! -x "$hbm" ]; then
-	echo "incast.sh: $hbm not found: run make build (or set HBM_BIN)" >&2
-	exit 1
-fi
-
-# The Go side removes everything itself, also on SIGINT/SIGTERM. This trap is
-# the backstop for a harder death: only what this benchmark creates.
-cleanup() {
-	local rc=$?
-	local lock=/run/hbm-testbed/$name.lock
-	if [ -e "$lock" ] && command -v flock >/dev/null && ! flock -n "$lock" true; then
-		exit "$rc"
-	fi
-	"$hbm" unset "$group" >/dev/null 2>&1 || true
-	for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^hbm-$name-[^-]+$" || true); do
-		for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-		ip netns del "$ns" 2>/dev/null || true
-	done
-	local mnt
-	mnt="$(awk '{ for (i = 1; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") print $5; break } }' /proc/self/mountinfo | head -n1)"
-	if [ -n "$mnt" ] && [ -d "$mnt/hbm-incbench" ]; then
-		rmdir "$mnt$group" "$mnt/hbm-incbench" 2>/dev/null || true
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-secs() { case "$1" in *[a-z]) echo "$1" ;; *) echo "${1}s" ;; esac; }
+. "$here/lib.sh"
 
 "$hbm" workload incast \
 	--name "$name" --cgroup "$group" \
