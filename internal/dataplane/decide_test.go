@@ -234,14 +234,7 @@ func TestDecisions(t *testing.T) {
 	largeDrop := between(th.DropLarge, th.DropSmall)
 	allDrop := th.DropSmall + time.Millisecond
 
-	cases := []struct {
-		name    string
-		backlog time.Duration // queue standing before the packet
-		pkt     []byte
-		want    uint32
-		wantECN byte
-		counter func(Stats) uint64
-	}{
+	cases := []decision{
 		{"v4 tcp idle queue passes", -time.Minute, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(1448)), retPass, ecnNotECT, func(s Stats) uint64 { return s.Packets }},
 		{"v4 ect tcp in mark region gets CE", markRegion, ipv4(unix.IPPROTO_TCP, ecnECT0, tcpSeg(1448)), retPass, ecnCE, func(s Stats) uint64 { return s.Marked }},
 		{"v6 ect1 tcp in mark region gets CE", markRegion, ipv6(unix.IPPROTO_TCP, ecnECT1, tcpSeg(1448)), retPass, ecnCE, func(s Stats) uint64 { return s.Marked }},
@@ -257,6 +250,25 @@ func TestDecisions(t *testing.T) {
 		{"v6 small udp past drop-small: drop", allDrop, ipv6(unix.IPPROTO_UDP, ecnNotECT, udpDgram(10)), retDrop, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
 		{"v4 already-CE passes, not counted as ours", markRegion, ipv4(unix.IPPROTO_TCP, ecnCE, tcpSeg(1448)), retPass, ecnCE, func(s Stats) uint64 { return s.Packets }},
 	}
+	checkDecisions(t, h, cases, nil)
+}
+
+// decision is one packet run through a limit with a given standing queue:
+// the verdict, the ECN field after, and the counter that must move by one.
+type decision struct {
+	name    string
+	backlog time.Duration // queue standing before the packet
+	pkt     []byte
+	want    uint32
+	wantECN byte
+	counter func(Stats) uint64
+}
+
+// checkDecisions runs each case through h and checks its verdict, ECN field
+// and counter, and that the queue is charged exactly for what passes. extra,
+// if not nil, checks more of the counters before and after.
+func checkDecisions(t *testing.T, h *harness, cases []decision, extra func(t *testing.T, before, after Stats)) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := h.counters()
@@ -272,6 +284,9 @@ func TestDecisions(t *testing.T) {
 			}
 			if d := c.counter(after) - c.counter(before); d != 1 {
 				t.Errorf("counter moved by %d, want 1 (before %+v after %+v)", d, before, after)
+			}
+			if extra != nil {
+				extra(t, before, after)
 			}
 			charged := h.vtime() != v0
 			if dropped := c.want == retDrop || c.want == retDropCN; charged == dropped && c.backlog > 0 {
