@@ -1,0 +1,188 @@
+// Package analyze is `hbm analyze`: it reads a pcap or pcapng capture,
+// splits it into TCP connections and each connection into round trips, and
+// reports per connection and per round what the data sender sent, what was
+// acknowledged, its window, its retransmissions and the ECN marks it saw.
+//
+// Round trips come from the data/ACK exchange itself: a round starts when a
+// data segment is sent while none is open and ends when the cumulative ACK
+// covering that segment arrives; the next round starts with the next segment
+// sent. The analysis is one pass and allocates nothing per packet (beyond
+// the amortised growth of per-connection arrays).
+package analyze
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+
+	"github.com/hbm-dev/hbm/internal/analyze/schema"
+)
+
+// File analyses the capture at path.
+func File(path string) (*schema.Report, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a capture file", path)
+	}
+	rep, err := Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return rep, nil
+}
+
+// ErrNoTCP is returned for a capture that holds no TCP segment.
+var ErrNoTCP = errors.New("no TCP segments in the capture")
+
+// Read analyses a capture read from r.
+func Read(r io.Reader) (*schema.Report, error) {
+	src, err := openCapture(r)
+	if err != nil {
+		return nil, err
+	}
+	dec, err := newDecoder(src.LinkType())
+	if err != nil {
+		return nil, err
+	}
+	var (
+		a       = analyzer{conns: map[connKey]*conn{}}
+		p       packet
+		n, ntcp int64
+	)
+	for {
+		data, ci, err := src.ZeroCopyReadPacketData()
+		if err != nil {
+			if errors.Is(err, io.EOF) && ci.CaptureLength == 0 {
+				break // the clean end: no packet header started
+			}
+			return nil, fmt.Errorf("capture truncated or malformed after %d packets: %w", n, describe(err))
+		}
+		n++
+		if !dec.decode(data, ci.Length, &p) {
+			continue
+		}
+		ntcp++
+		p.ts = ci.Timestamp.UnixNano()
+		a.add(&p)
+	}
+	if ntcp == 0 {
+		return nil, fmt.Errorf("%w (%d packets of link type %s read)", ErrNoTCP, n, src.LinkType())
+	}
+	return a.report(), nil
+}
+
+type analyzer struct {
+	conns map[connKey]*conn
+	all   []*conn // in order of first packet
+}
+
+func (a *analyzer) add(p *packet) {
+	k, s := keyOf(p)
+	c := a.conns[k]
+	if c != nil && p.syn && !p.hasAck {
+		// A new connection on the same ports: a SYN with another initial
+		// sequence number than the one this connection began with.
+		if f := &c.dir[s]; f.init && !(f.synSeen && f.isn == p.seq) {
+			c = nil
+		}
+	}
+	if c == nil {
+		c = &conn{key: k}
+		a.conns[k] = c
+		a.all = append(a.all, c)
+	}
+	c.add(p, s)
+}
+
+func (a *analyzer) report() *schema.Report {
+	rep := &schema.Report{Connections: make([]schema.Connection, 0, len(a.all))}
+	for _, c := range a.all {
+		rep.Connections = append(rep.Connections, c.summary())
+	}
+	return rep
+}
+
+func endpoint(ip [16]byte, v6 bool, port uint16) string {
+	var addr netip.Addr
+	if v6 {
+		addr = netip.AddrFrom16(ip)
+	} else {
+		addr = netip.AddrFrom4([4]byte(ip[:4]))
+	}
+	return netip.AddrPortFrom(addr, port).String()
+}
+
+func us(ns int64) float64 { return float64(ns) / 1e3 }
+
+// summary orients the connection from its data sender and summarises it.
+func (c *conn) summary() schema.Connection {
+	s := 0
+	if b0, b1 := c.dir[0].bytes(), c.dir[1].bytes(); b1 > b0 || (b1 == b0 && c.clientKnown) {
+		s = 1
+		if b1 == b0 {
+			s = c.client
+		}
+	}
+	ends := [2]string{endpoint(c.key.a, c.key.v6, c.key.pa), endpoint(c.key.b, c.key.v6, c.key.pb)}
+	f := &c.dir[s]
+	out := schema.Connection{
+		Src: ends[s], Dst: ends[1-s],
+		Bytes:                   f.bytes(),
+		Retransmissions:         f.retrans,
+		SpuriousRetransmissions: f.spurious,
+		RTT:                     rttStats(f.rtts),
+		CE:                      f.ce,
+		ECE:                     f.ece,
+		StartUnixUS:             c.first / 1e3,
+		DurationUS:              us(c.last - c.first),
+		Packets:                 c.packets,
+		Rounds:                  make([]schema.Round, 0, len(f.rounds)+1),
+	}
+	rounds := f.rounds
+	if f.roundOpen {
+		last := f.cur
+		last.incomplete = true
+		last.inflight = f.sndMax - f.una
+		rounds = append(rounds, last)
+	}
+	for _, r := range rounds {
+		out.Rounds = append(out.Rounds, schema.Round{
+			TUS: us(r.t - c.first), RTT: us(r.rtt),
+			SentBytes: r.sent, AckedBytes: r.acked, InflightBytes: r.inflight,
+			CE: r.ce, ECE: r.ece, Retransmissions: r.retrans, Incomplete: r.incomplete,
+		})
+	}
+	return out
+}
+
+// rttStats summarises RTT samples (ns) in µs. It sorts them in place.
+func rttStats(ns []int64) schema.RTT {
+	if len(ns) == 0 {
+		return schema.RTT{}
+	}
+	slices.Sort(ns)
+	return schema.RTT{
+		Min:     us(ns[0]),
+		P50:     us(percentile(ns, 50)),
+		P99:     us(percentile(ns, 99)),
+		Samples: int64(len(ns)),
+	}
+}
+
+// percentile is the nearest-rank percentile of sorted samples.
+func percentile(sorted []int64, p float64) int64 {
+	rank := int(p/100*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
