@@ -185,4 +185,3 @@ func percentile(sorted []int64, p float64) int64 {
 	rank := int(p/100*float64(len(sorted))+0.999999) - 1
 	return sorted[min(max(rank, 0), len(sorted)-1)]
 }
-

@@ -32,17 +32,17 @@ const (
 
 // seg is one TCP segment of the test connection; at is in µs.
 type seg struct {
-	at        int64
-	fromSrv   bool
-	seq, ack  uint32
-	syn, fin  bool
-	noAck     bool
-	ece, cwr  bool
-	ecn       uint8 // IP ECN field: 1/2 ECT, 3 CE
-	n         int   // payload bytes
-	mss       uint16
-	ts        bool // a timestamp option
-	sack      [][2]uint32
+	at       int64
+	fromSrv  bool
+	seq, ack uint32
+	syn, fin bool
+	noAck    bool
+	ece, cwr bool
+	ecn      uint8 // IP ECN field: 1/2 ECT, 3 CE
+	n        int   // payload bytes
+	mss      uint16
+	ts       bool // a timestamp option
+	sack     [][2]uint32
 }
 
 type capOpts struct {

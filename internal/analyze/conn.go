@@ -37,7 +37,7 @@ type conn struct {
 	key         connKey
 	first, last int64 // ns
 	packets     int64
-	client      int  // the side that sent the first SYN, when seen
+	client      int // the side that sent the first SYN, when seen
 	clientKnown bool
 	dir         [2]flow // dir[s]: data sent by side s
 }
@@ -68,8 +68,8 @@ type round struct {
 }
 
 type flow struct {
-	init      bool  // the sequence space is known (a SYN or data seen)
-	synSeen   bool  // this side's SYN was seen
+	init      bool // the sequence space is known (a SYN or data seen)
+	synSeen   bool // this side's SYN was seen
 	isn       uint32
 	synTS     bool  // this side's SYN had the timestamp option
 	peerMSS   int   // the MSS option the other side announced
