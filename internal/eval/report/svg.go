@@ -5,6 +5,8 @@ import (
 	"html/template"
 	"math"
 	"strings"
+
+	"github.com/hbm-dev/hbm/internal/svgplot"
 )
 
 // barChart is a grouped bar chart: one cluster of bars per group (a run),
@@ -28,8 +30,14 @@ type ref struct {
 	Label string
 }
 
-// Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
-var palette = []string{"#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"}
+// The shared chart pieces (internal/svgplot, also used by hbm analyze).
+var (
+	palette     = svgplot.Palette
+	linearTicks = svgplot.LinearTicks
+	logTicks    = svgplot.LogTicks
+	tickLabel   = svgplot.TickLabel
+	esc         = svgplot.Esc
+)
 
 const (
 	padLeft   = 48 // at least; wider for long tick labels
@@ -40,68 +48,6 @@ const (
 	legendRow = 16
 	charW     = 7 // a generous width of an 11px character
 )
-
-// linearTicks returns 0, step, ..., a multiple of step at or above hi, with
-// step 1, 2 or 5 times a power of ten and about five ticks.
-func linearTicks(hi float64) []float64 {
-	if !(hi > 0) || math.IsInf(hi, 0) {
-		hi = 1
-	}
-	raw := hi / 5
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := 10 * mag
-	for _, m := range []float64{1, 2, 5} {
-		if m*mag >= raw {
-			step = m * mag
-			break
-		}
-	}
-	n := int(math.Ceil(hi/step - 1e-9))
-	ticks := make([]float64, n+1)
-	for i := range ticks {
-		ticks[i] = float64(i) * step
-	}
-	return ticks
-}
-
-// logTicks returns the powers of ten from the one at or below lo to the one
-// at or above hi, at least one decade apart (lo > 0).
-func logTicks(lo, hi float64) []float64 {
-	if !(lo > 0) || math.IsInf(lo, 0) {
-		lo = 1
-	}
-	if !(hi >= lo) || math.IsInf(hi, 0) {
-		hi = lo
-	}
-	a := math.Floor(math.Log10(lo) + 1e-9)
-	b := math.Ceil(math.Log10(hi) - 1e-9)
-	if b <= a {
-		b = a + 1
-	}
-	var ticks []float64
-	for e := a; e <= b; e++ {
-		ticks = append(ticks, math.Pow(10, e))
-	}
-	return ticks
-}
-
-// tickLabel drops the trailing zeros of a formatted tick: "1.00 ms" -> "1 ms".
-func tickLabel(s string) string {
-	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' && r != '-' })
-	if i < 0 {
-		i = len(s)
-	}
-	num := s[:i]
-	if strings.Contains(num, ".") {
-		num = strings.TrimSuffix(strings.TrimRight(num, "0"), ".")
-	}
-	if num == "0" { // zero needs no unit
-		return num
-	}
-	return num + s[i:]
-}
-
-func esc(s string) string { return template.HTMLEscapeString(s) }
 
 // svg renders the chart as an inline <svg> element (no xmlns: HTML5 knows
 // it, and the report holds no URL at all).

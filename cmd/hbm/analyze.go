@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hbm-dev/hbm/internal/analyze"
+	"github.com/hbm-dev/hbm/internal/analyze/schema"
+)
+
+// hbm analyze: the per-round-trip view of a packet capture.
+
+func init() {
+	commands = append(commands, newAnalyzeCmd)
+}
+
+func newAnalyzeCmd() *cobra.Command {
+	var (
+		asJSON bool
+		outDir string
+		rounds int
+	)
+	cmd := &cobra.Command{
+		Use:   "analyze CAPTURE.pcap [--json] [--out DIR]",
+		Short: "Split a packet capture's TCP connections into round trips and report each",
+		Long: `Read a pcap or pcapng capture (tcpdump's, also gzip-compressed; Ethernet,
+Linux cooked SLL/SLL2, loopback or raw IP) and split it into TCP connections
+and each connection into round trips, from the data/ACK exchange itself: a
+round starts when the data sender sends a segment while no round is open and
+ends when the ACK covering that segment arrives.
+
+Per connection (seen from the side that sent more payload): bytes delivered
+(retransmissions excluded), duration, retransmissions in MSS-sized segments
+and how many of them were spurious (DSACK, or an ACK too early to be the
+retransmission's), RTT min/p50/p99 (Karn's rule: no samples from retransmitted
+segments), CE-marked segments and ECE echoes. Per round: start, RTT, bytes
+sent and acknowledged, bytes in flight at its end (the window), CE, ECE and
+retransmissions.
+
+A capture of headers only (tcpdump -s 128) is enough: payload lengths come
+from the IP headers.
+
+--json prints the analysis as JSON; --out DIR writes DIR/analysis.json and
+DIR/analysis.html, a self-contained page with per-round charts of each
+connection's rate, window and marks.`,
+		Example: `  tcpdump -i eth0 -s 128 -w flow.pcap tcp port 5201
+  hbm analyze flow.pcap
+  hbm analyze flow.pcap --json | jq '.connections[0].rtt_us'
+  hbm analyze flow.pcap --out report/`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if rounds < 0 {
+				return usagef("--rounds %d: want 0 (all) or more", rounds)
+			}
+			rep, err := analyze.File(args[0])
+			if err != nil {
+				return err
+			}
+			if outDir != "" {
+				if err := writeAnalysis(outDir, args[0], rep); err != nil {
+					return err
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			printAnalysis(out, rep, rounds)
+			if outDir != "" {
+				fmt.Fprintf(out, "\nwrote %s and %s\n", filepath.Join(outDir, "analysis.json"), filepath.Join(outDir, "analysis.html"))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the analysis as JSON")
+	cmd.Flags().StringVar(&outDir, "out", "", "write analysis.json and analysis.html (per-round charts) into `DIR`")
+	cmd.Flags().IntVar(&rounds, "rounds", 20, "round trips listed per connection in the table (0: all)")
+	return cmd
+}
+
+func writeAnalysis(dir, capture string, rep *schema.Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "analysis.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "analysis.html"))
+	if err != nil {
+		return err
+	}
+	if err := analyze.WriteHTML(f, rep, filepath.Base(capture)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func printAnalysis(out io.Writer, rep *schema.Report, maxRounds int) {
+	for i, c := range rep.Connections {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintf(out, "%s -> %s\n", c.Src, c.Dst)
+		fmt.Fprintf(out, "  bytes %d in %s, %d packets, %d round trips\n", c.Bytes, usStr(c.DurationUS), c.Packets, len(c.Rounds))
+		fmt.Fprintf(out, "  retransmissions %d (spurious %d), CE %d, ECE %d\n", c.Retransmissions, c.SpuriousRetransmissions, c.CE, c.ECE)
+		if c.RTT.Samples > 0 {
+			fmt.Fprintf(out, "  RTT min %s, p50 %s, p99 %s (%d samples)\n", usStr(c.RTT.Min), usStr(c.RTT.P50), usStr(c.RTT.P99), c.RTT.Samples)
+		} else {
+			fmt.Fprintf(out, "  RTT: no samples\n")
+		}
+		if len(c.Rounds) == 0 {
+			continue
+		}
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "round\tt\trtt\tsent\tacked\tin flight\tCE\tECE\tretrans\t")
+		for j, r := range c.Rounds {
+			if maxRounds > 0 && j == maxRounds {
+				break
+			}
+			rtt := usStr(r.RTT)
+			if r.Incomplete {
+				rtt = "(open)"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", j+1, usStr(r.TUS), rtt, r.SentBytes, r.AckedBytes, r.InflightBytes, r.CE, r.ECE, r.Retransmissions)
+		}
+		tw.Flush()
+		if maxRounds > 0 && len(c.Rounds) > maxRounds {
+			fmt.Fprintf(out, "  ... %d more round trips (--rounds 0 lists all; --json, --out)\n", len(c.Rounds)-maxRounds)
+		}
+	}
+}
+
+func usStr(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.3fs", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.2fms", v/1e3)
+	default:
+		return fmt.Sprintf("%.0fµs", v)
+	}
+}

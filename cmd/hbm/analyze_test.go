@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/hbm-dev/hbm/internal/analyze/schema"
+)
+
+// writeCapture writes a small capture: a handshake, 3000 bytes in two
+// segments from the client, and the server's ACK 200 µs later.
+func writeCapture(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flow.pcap")
+	var out bytes.Buffer
+	w := pcapgo.NewWriter(&out)
+	if err := w.WriteFileHeader(65536, layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	c, s := net.IPv4(198, 18, 9, 1).To4(), net.IPv4(198, 18, 9, 2).To4()
+	t0 := time.Unix(1700000000, 0)
+	pkt := func(at time.Duration, fromSrv bool, seq, ack uint32, syn bool, n int) {
+		src, dst, sp, dp := c, s, layers.TCPPort(40000), layers.TCPPort(5201)
+		if fromSrv {
+			src, dst, sp, dp = dst, src, dp, sp
+		}
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: src, DstIP: dst}
+		tcp := &layers.TCP{SrcPort: sp, DstPort: dp, Seq: seq, Ack: ack, SYN: syn, ACK: ack != 0, Window: 1000}
+		tcp.SetNetworkLayerForChecksum(ip)
+		buf := gopacket.NewSerializeBuffer()
+		eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}, EthernetType: layers.EthernetTypeIPv4}
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp, gopacket.Payload(make([]byte, n))); err != nil {
+			t.Fatal(err)
+		}
+		b := buf.Bytes()
+		if err := w.WritePacket(gopacket.CaptureInfo{Timestamp: t0.Add(at), CaptureLength: len(b), Length: len(b)}, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pkt(0, false, 100, 0, true, 0)
+	pkt(100*time.Microsecond, true, 900, 101, true, 0)
+	pkt(100*time.Microsecond, false, 101, 901, false, 0)
+	pkt(1000*time.Microsecond, false, 101, 901, false, 1500)
+	pkt(1001*time.Microsecond, false, 1601, 901, false, 1500)
+	pkt(1201*time.Microsecond, true, 901, 3101, false, 0)
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestAnalyzeJSON(t *testing.T) {
+	out, err := runCLI("analyze", "--json", writeCapture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep schema.Report
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if len(rep.Connections) != 1 {
+		t.Fatalf("%d connections:\n%s", len(rep.Connections), out)
+	}
+	c := rep.Connections[0]
+	if c.Src != "198.18.9.1:40000" || c.Dst != "198.18.9.2:5201" || c.Bytes != 3000 || c.RTT.Min != 200 || len(c.Rounds) != 1 || c.Rounds[0].RTT != 201 {
+		t.Errorf("got %+v", c)
+	}
+	// The documented field names, spelled as the issue does.
+	for _, k := range []string{`"connections"`, `"src"`, `"dst"`, `"bytes"`, `"retransmissions"`, `"rtt_us"`, `"min"`, `"p50"`, `"p99"`, `"ce"`, `"ece"`, `"rounds"`, `"t_us"`, `"sent_bytes"`, `"acked_bytes"`, `"inflight_bytes"`} {
+		if !strings.Contains(out, k) {
+			t.Errorf("JSON lacks %s", k)
+		}
+	}
+}
+
+func TestAnalyzeTableAndOut(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "report")
+	out, err := runCLI("analyze", "--out", dir, writeCapture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"198.18.9.1:40000 -> 198.18.9.2:5201", "bytes 3000", "RTT min 200µs", "retransmissions 0 (spurious 0)", "in flight", "wrote "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	js, err := os.ReadFile(filepath.Join(dir, "analysis.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep schema.Report
+	if err := json.Unmarshal(js, &rep); err != nil || len(rep.Connections) != 1 || rep.Connections[0].Bytes != 3000 {
+		t.Errorf("analysis.json: %v %+v", err, rep)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "analysis.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Self-contained, well-formed, with the three charts.
+	d := xml.NewDecoder(bytes.NewReader(page))
+	d.Strict, d.Entity = true, xml.HTMLEntity
+	for {
+		if _, err := d.Token(); err != nil {
+			if err.Error() != "EOF" {
+				t.Errorf("analysis.html is not well-formed: %v", err)
+			}
+			break
+		}
+	}
+	s := string(page)
+	if n := strings.Count(s, "<svg"); n != 3 {
+		t.Errorf("%d charts, want 3", n)
+	}
+	for _, bad := range []string{"<script", "http://", "https://", "src="} {
+		if strings.Contains(s, bad) {
+			t.Errorf("analysis.html refers outside itself (%q)", bad)
+		}
+	}
+}
+
+func TestAnalyzeErrors(t *testing.T) {
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk.pcap")
+	os.WriteFile(junk, []byte("not a capture"), 0o644)
+	for _, c := range []struct {
+		args  []string
+		want  string
+		usage bool
+	}{
+		{[]string{"analyze"}, "accepts 1 arg", true},
+		{[]string{"analyze", "--rounds", "-1", junk}, "--rounds -1", true},
+		{[]string{"analyze", filepath.Join(dir, "missing.pcap")}, "no such file", false},
+		{[]string{"analyze", junk}, "junk.pcap: not a pcap or pcapng capture", false},
+	} {
+		_, err := runCLI(c.args...)
+		var ue usageError
+		if err == nil || !strings.Contains(err.Error(), c.want) || (errors.As(err, &ue) || isCobraUsage(err)) != c.usage {
+			t.Errorf("%v: error %v, want one containing %q (usage error: %v)", c.args, err, c.want, c.usage)
+		}
+	}
+}
