@@ -249,7 +249,7 @@ func TestPortReuse(t *testing.T) {
 	}
 }
 
-func udpCapture(t *testing.T) []byte {
+func udpCapture(t testing.TB) []byte {
 	var out bytes.Buffer
 	w := pcapgo.NewWriter(&out)
 	if err := w.WriteFileHeader(65536, layers.LinkTypeEthernet); err != nil {

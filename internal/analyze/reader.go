@@ -27,7 +27,7 @@ const pcapngMagic = 0x0a0d0d0a
 
 // openCapture recognises the format and returns a reader of its packets.
 func openCapture(r io.Reader) (packetSource, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
+	br := bufio.NewReaderSize(r, 256<<10)
 	head, err := br.Peek(4)
 	if len(head) == 0 {
 		if err == nil || errors.Is(err, io.EOF) {
