@@ -61,7 +61,8 @@ func TestBasicTransfer(t *testing.T) {
 		StartUnixUS: c.StartUnixUS, DurationUS: 1500, Packets: 15,
 		Rounds: []schema.Round{
 			{TUS: 1000, RTT: 110, SentBytes: 2920, AckedBytes: 2920, InflightBytes: 2920},
-			{TUS: 1110, RTT: 101, SentBytes: 5840, AckedBytes: 2920, InflightBytes: 5840},
+			// The ACK at 1215 comes after round 2 ended and counts with it.
+			{TUS: 1110, RTT: 101, SentBytes: 5840, AckedBytes: 5840, InflightBytes: 5840},
 		},
 	}
 	if !reflect.DeepEqual(c, want) {

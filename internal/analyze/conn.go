@@ -250,6 +250,8 @@ func (c *conn) ackOf(p *packet, s int) {
 	if a > f.una {
 		if f.roundOpen {
 			f.cur.acked += a - f.una
+		} else if len(f.rounds) > 0 { // between rounds: the one that just ended
+			f.rounds[len(f.rounds)-1].acked += a - f.una
 		}
 		f.una = a
 		// One sample per ACK, from the newest segment it covers (the

@@ -54,7 +54,9 @@ type Round struct {
 	TUS float64 `json:"t_us"`   // start, µs after the connection's first packet
 	RTT float64 `json:"rtt_us"` // start to the covering ACK; 0 if the capture ended first
 	// SentBytes is the payload src sent in the round (retransmissions
-	// included); AckedBytes how far dst's cumulative ACK advanced.
+	// included); AckedBytes how far dst's cumulative ACK advanced from the
+	// round's start to the next round's (ACKs and ECEs that arrive between
+	// rounds, while src sends nothing, count with the round before).
 	SentBytes  int64 `json:"sent_bytes"`
 	AckedBytes int64 `json:"acked_bytes"`
 	// InflightBytes is what src had sent and dst not yet acknowledged just
