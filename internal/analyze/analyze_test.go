@@ -144,6 +144,26 @@ func TestRetransmissionSegments(t *testing.T) {
 	}
 }
 
+// A SYN and a bare FIN sent again count as retransmissions, as they do in
+// the kernel's total_retrans.
+func TestControlRetransmissions(t *testing.T) {
+	s := []seg{
+		{at: 0, seq: cliISN, syn: true, noAck: true, mss: 1460},
+		{at: 1000000, seq: cliISN, syn: true, noAck: true, mss: 1460},
+	}
+	s = append(s, handshake()[1:]...)
+	s[2].at, s[3].at = 1000100, 1000100
+	s = append(s, d(1001000, 0, 1460),
+		seg{at: 1001001, seq: cs(1460), ack: srvISN + 1, fin: true},
+		a(1001100, 1460),
+		seg{at: 1001400, seq: cs(1460), ack: srvISN + 1, fin: true},
+		a(1001500, 1461))
+	c := one(t, analyse(t, capture(t, s, capOpts{})))
+	if c.Retransmissions != 2 || c.Bytes != 1460 {
+		t.Errorf("retransmissions %d bytes %d, want 2 (SYN, FIN) and 1460", c.Retransmissions, c.Bytes)
+	}
+}
+
 func TestSpurious(t *testing.T) {
 	pre := func() []seg {
 		return append(handshake(), d(1000, 0, 1460), d(1010, 1460, 1460), a(1110, 2920)) // min RTT 100 µs

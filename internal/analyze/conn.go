@@ -77,6 +77,8 @@ type flow struct {
 	sndMax    int64 // absolute end of the highest data sent
 	una       int64 // the highest cumulative ACK (absolute)
 	maxSeg    int   // the largest payload sent
+	finSeen   bool
+	finSeq    int64 // absolute sequence number the FIN was sent at
 	retrans   int64
 	spurious  int64
 	ce, ece   int64
@@ -134,6 +136,9 @@ func (c *conn) add(p *packet, s int) {
 	}
 	f := &c.dir[s]
 	if p.syn {
+		if f.synSeen && f.isn == p.seq {
+			f.ctlRetrans() // the SYN (or SYN-ACK) again
+		}
 		if !f.synSeen || !f.init {
 			f.synSeen, f.init = true, true
 			f.isn = p.seq
@@ -151,8 +156,27 @@ func (c *conn) add(p *packet, s int) {
 	if p.payload > 0 {
 		c.data(p, s)
 	}
+	if p.fin && f.init {
+		end := f.abs(p.seq) + int64(p.payload)
+		if p.syn {
+			end++
+		}
+		if f.finSeen && end == f.finSeq && p.payload == 0 {
+			f.ctlRetrans() // a bare FIN again (one with data counted as data)
+		}
+		f.finSeen, f.finSeq = true, end
+	}
 	if p.hasAck {
 		c.ackOf(p, 1-s)
+	}
+}
+
+// ctlRetrans counts a retransmitted SYN or bare FIN: one segment, as the
+// kernel's total_retrans counts it.
+func (f *flow) ctlRetrans() {
+	f.retrans++
+	if f.roundOpen {
+		f.cur.retrans++
 	}
 }
 
