@@ -1,17 +1,25 @@
 package analyze
 
 import (
+	"bufio"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
@@ -47,10 +55,15 @@ func inNS(name string, fn func() error) error {
 }
 
 // capturer writes what an AF_PACKET socket on one interface sees into a
-// pcap file: headers only, as tcpdump -s 128 would.
+// pcap file: headers only (the first snapLen bytes), as tcpdump -s 128 would,
+// with the kernel's receive timestamps. It is tcpdump without libpcap: a
+// raw socket with a receive buffer large enough that a test's transfer never
+// overflows it (gopacket's pcapgo.EthernetHandle keeps the default buffer,
+// a handful of GSO packets).
 type capturer struct {
-	h        *pcapgo.EthernetHandle
+	fd       int
 	f        *os.File
+	bw       *bufio.Writer
 	w        *pcapgo.Writer
 	done     chan error
 	stopping atomic.Bool
@@ -58,70 +71,213 @@ type capturer struct {
 
 const snapLen = 128
 
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
 func startCapture(dev, path string) (*capturer, error) {
-	h, err := pcapgo.NewEthernetHandle(dev)
+	ifc, err := net.InterfaceByName(dev) // in the caller's namespace
 	if err != nil {
-		return nil, fmt.Errorf("AF_PACKET capture on %s: %w", dev, err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		h.Close()
 		return nil, err
 	}
-	c := &capturer{h: h, f: f, w: pcapgo.NewWriterNanos(f), done: make(chan error, 1)}
-	if err := c.w.WriteFileHeader(snapLen, layers.LinkTypeEthernet); err != nil {
-		h.Close()
-		f.Close()
-		return nil, err
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	if err != nil {
+		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
 	}
-	go func() {
-		for {
-			data, ci, err := h.ReadPacketData()
-			if err != nil {
-				if c.stopping.Load() { // the read that Close ended
-					err = nil
-				}
-				c.done <- err
-				return
-			}
-			if len(data) > snapLen {
-				data = data[:snapLen]
-			}
-			ci.CaptureLength = len(data)
-			ci.InterfaceIndex = 0
-			if err := c.w.WritePacket(gopacket.CaptureInfo{Timestamp: ci.Timestamp, CaptureLength: ci.CaptureLength, Length: ci.Length}, data); err != nil {
-				c.done <- err
-				return
-			}
+	c := &capturer{fd: fd, done: make(chan error, 1)}
+	for _, o := range []struct{ level, opt, v int }{
+		{unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64 << 20},
+		{unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1},
+	} {
+		if err := unix.SetsockoptInt(fd, o.level, o.opt, o.v); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("AF_PACKET setsockopt %d: %w", o.opt, err)
 		}
-	}()
+	}
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 50000}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("AF_PACKET bind to %s: %w", dev, err)
+	}
+	if c.f, err = os.Create(path); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	c.bw = bufio.NewWriterSize(c.f, 1<<20)
+	c.w = pcapgo.NewWriterNanos(c.bw)
+	if err := c.w.WriteFileHeader(snapLen, layers.LinkTypeEthernet); err != nil {
+		unix.Close(fd)
+		c.f.Close()
+		return nil, err
+	}
+	go c.loop()
 	return c, nil
 }
 
-// stop ends the capture and reports the packets the socket dropped (its
-// receive buffer overflowed): a capture with drops misses segments.
+func (c *capturer) loop() {
+	buf := make([]byte, snapLen)
+	oob := make([]byte, 256)
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(c.fd, buf, oob, unix.MSG_TRUNC)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				if c.stopping.Load() {
+					c.done <- nil
+					return
+				}
+				continue
+			}
+			c.done <- fmt.Errorf("AF_PACKET recvmsg: %w", err)
+			return
+		}
+		ts := time.Now()
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+					ts = time.Unix(int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:])))
+				}
+			}
+		}
+		capLen := min(n, snapLen) // with MSG_TRUNC, n is the packet's whole length
+		if err := c.w.WritePacket(gopacket.CaptureInfo{Timestamp: ts, CaptureLength: capLen, Length: n}, buf[:capLen]); err != nil {
+			c.done <- err
+			return
+		}
+	}
+}
+
+// stop ends the capture once the socket has nothing more to read and
+// reports the packets it dropped (its receive buffer overflowed): a capture
+// with drops misses segments.
 func (c *capturer) stop() (drops uint32, err error) {
-	st, serr := c.h.Stats()
 	c.stopping.Store(true)
-	c.h.Close()
 	err = <-c.done
+	st, serr := unix.GetsockoptTpacketStats(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
+	unix.Close(c.fd)
+	if ferr := c.bw.Flush(); err == nil {
+		err = ferr
+	}
 	if cerr := c.f.Close(); err == nil {
 		err = cerr
 	}
-	if serr != nil {
-		return 0, serr
+	if err == nil && serr != nil {
+		err = serr
 	}
-	return st.Drops, err
+	if st != nil {
+		drops = st.Drops
+	}
+	return drops, err
+}
+
+// impair is a tcx program on one interface that acts on every nth packet of
+// at least 1000 bytes (data, never a handshake or a pure ACK): it drops it,
+// or CE-marks it if it is ECN-capable. It counts what it did, so the test
+// knows the truth the capture must show. It stands in for a limiter: no
+// qdisc of these kernels marks CE or drops on purpose (no red, fq_codel,
+// netem or gact), and HBM's data plane is not what this test is about.
+type impair struct {
+	m    *ebpf.Map // one impairState
+	prog *ebpf.Program
+	link link.Link
+}
+
+type impairState struct {
+	Done  uint64 // packets dropped or marked
+	Every uint32
+	Seen  uint32
+}
+
+func newImpair(dev string, every uint32, drop bool, attach ebpf.AttachType) (*impair, error) {
+	ifc, err := net.InterfaceByName(dev) // in the caller's namespace
+	if err != nil {
+		return nil, err
+	}
+	im := &impair{}
+	im.m, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1})
+	if err != nil {
+		return nil, err
+	}
+	if err := im.m.Put(uint32(0), impairState{Every: every}); err != nil {
+		im.Close()
+		return nil, err
+	}
+	act := asm.Instructions{ // drop
+		asm.Mov.Imm(asm.R3, 1),
+		asm.StoreXAdd(asm.R7, asm.R3, asm.DWord),
+		asm.Mov.Imm(asm.R0, 2), // TCX_DROP
+		asm.Return(),
+	}
+	if !drop {
+		act = asm.Instructions{
+			asm.Mov.Reg(asm.R1, asm.R6),
+			asm.FnSkbEcnSetCe.Call(),
+			asm.JEq.Imm(asm.R0, 0, "pass"), // not ECN-capable: not marked
+			asm.Mov.Imm(asm.R3, 1),
+			asm.StoreXAdd(asm.R7, asm.R3, asm.DWord),
+			asm.Ja.Label("pass"),
+		}
+	}
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),              // skb
+		asm.LoadMem(asm.R2, asm.R6, 0, asm.Word), // skb->len
+		asm.JLT.Imm(asm.R2, 1000, "pass"),
+		asm.StoreImm(asm.R10, -4, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, im.m.FD()),
+		asm.Mov.Reg(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.Mov.Reg(asm.R7, asm.R0),
+		asm.LoadMem(asm.R3, asm.R7, 8, asm.Word), // every
+		asm.JEq.Imm(asm.R3, 0, "pass"),
+		asm.LoadMem(asm.R4, asm.R7, 12, asm.Word), // seen
+		asm.Add.Imm(asm.R4, 1),
+		asm.StoreMem(asm.R7, 12, asm.R4, asm.Word),
+		asm.Mod.Reg32(asm.R4, asm.R3),
+		asm.JNE.Imm(asm.R4, 0, "pass"),
+	}
+	insns = append(insns, act...)
+	insns = append(insns,
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("pass"), // TCX_PASS
+		asm.Return(),
+	)
+	im.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, Instructions: insns, License: "GPL"})
+	if err != nil {
+		im.Close()
+		return nil, fmt.Errorf("impair program: %w", err)
+	}
+	im.link, err = link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: im.prog, Attach: attach})
+	if err != nil {
+		im.Close()
+		return nil, fmt.Errorf("impair attach to %s: %w", dev, err)
+	}
+	return im, nil
+}
+
+func (im *impair) done() (uint64, error) {
+	var st impairState
+	err := im.m.Lookup(uint32(0), &st)
+	return st.Done, err
+}
+
+func (im *impair) Close() {
+	if im.link != nil {
+		im.link.Close()
+	}
+	if im.prog != nil {
+		im.prog.Close()
+	}
+	im.m.Close()
 }
 
 // TestCaptureEndToEnd captures a known transfer between two namespaces
-// (through a 200 Mbit/s tbf, so the capture keeps up) and checks the
-// analysis against what the application sent and what the sender's kernel
-// says: bytes, retransmissions (TCP_INFO's total_retrans) and the RTT.
-//
-// Not checked: CE counts against a limiter's marks. This kernel's tc has no
-// marking qdisc here (no red, fq_codel, codel, pie), and HBM's own marks
-// would need the data plane in the test; see the README.
+// (through a 200 Mbit/s tbf, so the capture keeps up), with every 37th data
+// packet lost on the way into the receiver (after the capture point) and
+// every 7th CE-marked on the way out of the sender (before it), and checks
+// the analysis against what the application sent and what the kernel and
+// the impairments say: bytes, retransmissions (the sender's TCP_INFO
+// total_retrans), the RTT, CE marks and their ECE echoes.
 func TestCaptureEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: needs root and network namespaces")
@@ -138,9 +294,33 @@ func TestCaptureEndToEnd(t *testing.T) {
 			t.Errorf("testbed close: %v", err)
 		}
 	})
-	if err := tb.SetTBF(200e6, 0); err != nil {
+	// tbf with a queue long enough that it never drops (TSQ lets a socket
+	// queue up to tcp_limit_output_bytes, and a packet lost before the
+	// capture point would take a mark with it), and a bucket larger than a
+	// GSO packet, which tbf would otherwise split into segments that each
+	// carry the one mark.
+	if out, err := exec.Command("tc", "-n", tb.SenderNS, "qdisc", "replace", "dev", tb.SenderDev, "root",
+		"tbf", "rate", "200mbit", "burst", "256k", "limit", "32mb").CombinedOutput(); err != nil {
+		t.Fatalf("tc tbf: %v: %s", err, out)
+	}
+	if err := tb.SetECN(true); err != nil {
 		t.Fatal(err)
 	}
+	var marker, dropper *impair
+	if err := inNS(tb.SenderNS, func() (err error) {
+		marker, err = newImpair(tb.SenderDev, 7, false, ebpf.AttachTCXEgress)
+		return err
+	}); err != nil {
+		testutil.Missing(t, "tcx BPF programs", err)
+	}
+	t.Cleanup(marker.Close)
+	if err := inNS(tb.ReceiverNS, func() (err error) {
+		dropper, err = newImpair(tb.ReceiverDev, 37, true, ebpf.AttachTCXIngress)
+		return err
+	}); err != nil {
+		testutil.Missing(t, "tcx BPF programs", err)
+	}
+	t.Cleanup(dropper.Close)
 
 	const total = 8<<20 + 12345 // bytes the application sends
 	var ln net.Listener
@@ -220,15 +400,26 @@ func TestCaptureEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // the last ACKs and FINs into the capture
-	drops, err := capt.stop()
+	lost, err := capt.stop()
 	stopped = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	if drops > 0 {
-		t.Fatalf("the capture socket dropped %d packets: the analysis cannot be checked", drops)
+	if lost > 0 {
+		t.Fatalf("the capture socket dropped %d packets: the analysis cannot be checked", lost)
 	}
 
+	marks, err := marker.done()
+	if err != nil {
+		t.Fatal(err)
+	}
+	drops, err := dropper.done()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := tb.QdiscStats(); !strings.Contains(st, "dropped 0,") {
+		t.Fatalf("tbf dropped packets before the capture point:\n%s", st)
+	}
 	rep, err := File(path)
 	if err != nil {
 		t.Fatal(err)
@@ -243,8 +434,19 @@ func TestCaptureEndToEnd(t *testing.T) {
 	if c == nil {
 		t.Fatalf("no connection from %s in the capture: %+v", src, rep.Connections)
 	}
-	t.Logf("%s -> %s: %d bytes, %d retransmissions (%d spurious), RTT min %.0f p50 %.0f p99 %.0f µs (%d samples), %d rounds; TCP_INFO total_retrans %d, rtt %d µs",
-		c.Src, c.Dst, c.Bytes, c.Retransmissions, c.SpuriousRetransmissions, c.RTT.Min, c.RTT.P50, c.RTT.P99, c.RTT.Samples, len(c.Rounds), info.Total_retrans, info.Rtt)
+	t.Logf("%s -> %s: %d bytes, %d retransmissions (%d spurious), RTT min %.0f p50 %.0f p99 %.0f µs (%d samples), %d rounds, CE %d, ECE %d; "+
+		"TCP_INFO total_retrans %d, rtt %d µs; %d packets marked, %d dropped",
+		c.Src, c.Dst, c.Bytes, c.Retransmissions, c.SpuriousRetransmissions, c.RTT.Min, c.RTT.P50, c.RTT.P99, c.RTT.Samples, len(c.Rounds), c.CE, c.ECE,
+		info.Total_retrans, info.Rtt, marks, drops)
+	if drops == 0 || info.Total_retrans == 0 {
+		t.Errorf("%d packets dropped, %d retransmitted: the test lost nothing to check retransmissions with", drops, info.Total_retrans)
+	}
+	if marks == 0 || c.CE != int64(marks) {
+		t.Errorf("analysis counts %d CE-marked segments, the marker marked %d", c.CE, marks)
+	}
+	if c.ECE == 0 {
+		t.Errorf("no ECE echoes of %d CE marks", c.CE)
+	}
 
 	if diff := float64(c.Bytes-total) / total; diff > 0.001 || diff < -0.001 {
 		t.Errorf("analysis says %d bytes, the application sent %d (%.3f%% off, want within 0.1%%)", c.Bytes, total, 100*diff)
