@@ -420,6 +420,11 @@ func TestCaptureEndToEnd(t *testing.T) {
 	if st, _ := tb.QdiscStats(); !strings.Contains(st, "dropped 0,") {
 		t.Fatalf("tbf dropped packets before the capture point:\n%s", st)
 	}
+	if dir := os.Getenv("HBM_ANALYZE_KEEP"); dir != "" { // keep the capture to look at
+		if b, err := os.ReadFile(path); err == nil {
+			os.WriteFile(filepath.Join(dir, "transfer.pcap"), b, 0o644)
+		}
+	}
 	rep, err := File(path)
 	if err != nil {
 		t.Fatal(err)

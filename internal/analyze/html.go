@@ -105,8 +105,20 @@ func Charts(c *schema.Connection) []template.HTML {
 		ce[i], ece[i], rtx[i] = float64(r.CE), float64(r.ECE), float64(r.Retransmissions)
 	}
 	name := c.Src + " → " + c.Dst
+	unit, hi := "Mbit/s", 0.0
+	for _, v := range rate {
+		if !math.IsNaN(v) {
+			hi = max(hi, v)
+		}
+	}
+	if hi >= 2000 {
+		unit = "Gbit/s"
+		for i := range rate {
+			rate[i] /= 1000
+		}
+	}
 	return []template.HTML{
-		lineChart{Title: "rate per round (Mbit/s): " + name, Series: []line{{"rate", rate}}, Format: num("Mbit/s")}.svg(),
+		lineChart{Title: "rate per round (" + unit + "): " + name, Series: []line{{"rate", rate}}, Format: num(unit)}.svg(),
 		lineChart{Title: "window: in flight at round end (KB)", Series: []line{{"in flight", win}}, Format: num("KB")}.svg(),
 		lineChart{Title: "marks and retransmissions per round", Series: []line{{"CE sent", ce}, {"ECE received", ece}, {"retransmissions", rtx}}, Format: num("")}.svg(),
 	}
