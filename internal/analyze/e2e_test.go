@@ -1,174 +1,26 @@
 package analyze
 
 import (
-	"bufio"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/analyze/schema"
 	"github.com/hbm-dev/hbm/internal/testbed"
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
-
-// inNS runs fn on an OS thread switched into the named network namespace.
-// Sockets fn creates stay in that namespace; the thread is never handed
-// back to the scheduler (its goroutine exits locked), so no other goroutine
-// ever runs in the namespace by accident.
-func inNS(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread ends with the goroutine
-		ns, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", name, err)
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
-// capturer writes what an AF_PACKET socket on one interface sees into a
-// pcap file: headers only (the first snapLen bytes), as tcpdump -s 128 would,
-// with the kernel's receive timestamps. It is tcpdump without libpcap: a
-// raw socket with a receive buffer large enough that a test's transfer never
-// overflows it (gopacket's pcapgo.EthernetHandle keeps the default buffer,
-// a handful of GSO packets).
-type capturer struct {
-	fd       int
-	f        *os.File
-	bw       *bufio.Writer
-	w        *pcapgo.Writer
-	done     chan error
-	stopping atomic.Bool
-}
-
-const snapLen = 128
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-func startCapture(dev, path string) (*capturer, error) {
-	ifc, err := net.InterfaceByName(dev) // in the caller's namespace
-	if err != nil {
-		return nil, err
-	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
-	if err != nil {
-		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
-	}
-	c := &capturer{fd: fd, done: make(chan error, 1)}
-	for _, o := range []struct{ level, opt, v int }{
-		{unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64 << 20},
-		{unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1},
-	} {
-		if err := unix.SetsockoptInt(fd, o.level, o.opt, o.v); err != nil {
-			unix.Close(fd)
-			return nil, fmt.Errorf("AF_PACKET setsockopt %d: %w", o.opt, err)
-		}
-	}
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 50000}); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifc.Index}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("AF_PACKET bind to %s: %w", dev, err)
-	}
-	if c.f, err = os.Create(path); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	c.bw = bufio.NewWriterSize(c.f, 1<<20)
-	c.w = pcapgo.NewWriterNanos(c.bw)
-	if err := c.w.WriteFileHeader(snapLen, layers.LinkTypeEthernet); err != nil {
-		unix.Close(fd)
-		c.f.Close()
-		return nil, err
-	}
-	go c.loop()
-	return c, nil
-}
-
-func (c *capturer) loop() {
-	buf := make([]byte, snapLen)
-	oob := make([]byte, 256)
-	for {
-		n, oobn, _, _, err := unix.Recvmsg(c.fd, buf, oob, unix.MSG_TRUNC)
-		if err != nil {
-			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-				if c.stopping.Load() {
-					c.done <- nil
-					return
-				}
-				continue
-			}
-			c.done <- fmt.Errorf("AF_PACKET recvmsg: %w", err)
-			return
-		}
-		ts := time.Now()
-		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-			for _, m := range msgs {
-				if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
-					ts = time.Unix(int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:])))
-				}
-			}
-		}
-		capLen := min(n, snapLen) // with MSG_TRUNC, n is the packet's whole length
-		if err := c.w.WritePacket(gopacket.CaptureInfo{Timestamp: ts, CaptureLength: capLen, Length: n}, buf[:capLen]); err != nil {
-			c.done <- err
-			return
-		}
-	}
-}
-
-// stop ends the capture once the socket has nothing more to read and
-// reports the packets it dropped (its receive buffer overflowed): a capture
-// with drops misses segments.
-func (c *capturer) stop() (drops uint32, err error) {
-	c.stopping.Store(true)
-	err = <-c.done
-	st, serr := unix.GetsockoptTpacketStats(c.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS)
-	unix.Close(c.fd)
-	if ferr := c.bw.Flush(); err == nil {
-		err = ferr
-	}
-	if cerr := c.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && serr != nil {
-		err = serr
-	}
-	if st != nil {
-		drops = st.Drops
-	}
-	return drops, err
-}
 
 // impair is a tcx program on one interface that acts on every nth packet of
 // at least 1000 bytes (data, never a handshake or a pure ACK): it drops it,
@@ -307,14 +159,14 @@ func TestCaptureEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var marker, dropper *impair
-	if err := inNS(tb.SenderNS, func() (err error) {
+	if err := inNetns(tb.SenderNS, func() (err error) {
 		marker, err = newImpair(tb.SenderDev, 7, false, ebpf.AttachTCXEgress)
 		return err
 	}); err != nil {
 		testutil.Missing(t, "tcx BPF programs", err)
 	}
 	t.Cleanup(marker.Close)
-	if err := inNS(tb.ReceiverNS, func() (err error) {
+	if err := inNetns(tb.ReceiverNS, func() (err error) {
 		dropper, err = newImpair(tb.ReceiverDev, 37, true, ebpf.AttachTCXIngress)
 		return err
 	}); err != nil {
@@ -324,7 +176,7 @@ func TestCaptureEndToEnd(t *testing.T) {
 
 	const total = 8<<20 + 12345 // bytes the application sends
 	var ln net.Listener
-	if err := inNS(tb.ReceiverNS, func() (err error) {
+	if err := inNetns(tb.ReceiverNS, func() (err error) {
 		ln, err = net.Listen("tcp4", net.JoinHostPort(tb.ReceiverIP4.String(), "0"))
 		return err
 	}); err != nil {
@@ -351,15 +203,18 @@ func TestCaptureEndToEnd(t *testing.T) {
 	}()
 
 	path := filepath.Join(t.TempDir(), "transfer.pcap")
-	var (
-		capt *capturer
-		conn *net.TCPConn
-	)
-	if err := inNS(tb.SenderNS, func() error {
-		var err error
-		if capt, err = startCapture(tb.SenderDev, path); err != nil {
-			return err
+	capt, err := StartCapture(tb.SenderNS, tb.SenderDev, path, 128, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			capt.Stop()
 		}
+	})
+	var conn *net.TCPConn
+	if err := inNetns(tb.SenderNS, func() error {
 		d := net.Dialer{Timeout: 10 * time.Second}
 		c, err := d.Dial("tcp4", ln.Addr().String())
 		if err != nil {
@@ -368,17 +223,8 @@ func TestCaptureEndToEnd(t *testing.T) {
 		conn = c.(*net.TCPConn)
 		return nil
 	}); err != nil {
-		if capt != nil {
-			capt.stop()
-		}
 		t.Fatal(err)
 	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			capt.stop()
-		}
-	})
 	defer conn.Close()
 
 	conn.SetDeadline(time.Now().Add(30 * time.Second))
@@ -400,13 +246,13 @@ func TestCaptureEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // the last ACKs and FINs into the capture
-	lost, err := capt.stop()
+	cst, err := capt.Stop()
 	stopped = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lost > 0 {
-		t.Fatalf("the capture socket dropped %d packets: the analysis cannot be checked", lost)
+	if cst.Dropped > 0 || cst.Full || cst.Packets == 0 {
+		t.Fatalf("capture: %+v: the analysis cannot be checked", cst)
 	}
 
 	marks, err := marker.done()
