@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -23,6 +24,7 @@ func init() { commands = append(commands, newEvalCmd) }
 type evalFlags struct {
 	out              string
 	quick, list      bool
+	capture          bool
 	ccs, limiters    []string
 	duration, warmup time.Duration
 }
@@ -61,6 +63,7 @@ Needs root.`,
 	fl.DurationVar(&f.duration, "duration", 0, "measurement window per run instead of the scenarios'")
 	fl.DurationVar(&f.warmup, "warmup", 0, "warm-up per run instead of the scenarios'")
 	fl.BoolVar(&f.list, "list", false, "list the built-in scenarios and exit")
+	fl.BoolVar(&f.capture, "capture", false, "keep a capture of each run's window (on the first flow's sender, headers only, at most 64 MB) in DIR/captures and chart it per round trip in report.html (see hbm analyze)")
 	return cmd
 }
 
@@ -106,11 +109,15 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	if out == "" {
 		out = "hbm-eval-" + time.Now().Format("20060102-150405")
 	}
+	captureDir := ""
+	if f.capture {
+		captureDir = filepath.Join(out, "captures")
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	return evalAndReport(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), scens, eval.Options{
 		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup,
-		Log: cmd.ErrOrStderr(), Command: os.Args, Version: version,
+		Log: cmd.ErrOrStderr(), Command: os.Args, Version: version, CaptureDir: captureDir,
 	}, out)
 }
 

@@ -33,8 +33,8 @@ th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: ta
 <body>
 <h1>hbm analyze: {{.Title}}</h1>
 <p>Per connection, its data sender's round trips: a round starts when a segment is sent while none is open and ends
-when the ACK covering it arrives. Rate is the bytes acknowledged in a round over its duration; the window is what
-was in flight when the round ended; marks are the CE-marked segments sent and the ECE echoes received in it.
+when the ACK covering it arrives. Rate is the bytes acknowledged from a round's start to the next round's, over that
+time; the window is what was in flight when the round ended; marks are the CE-marked segments sent and the ECE echoes received in it.
 {{if .Bucketed}}Connections with more rounds than a chart has points show averages over consecutive rounds.{{end}}</p>
 <table>
 <tr><th>connection</th><th>bytes</th><th>duration</th><th>rounds</th><th>retransmissions (spurious)</th><th>RTT min / p50 / p99</th><th>CE</th><th>ECE</th></tr>
@@ -97,9 +97,16 @@ func Charts(c *schema.Connection) []template.HTML {
 	ece := make([]float64, len(rs))
 	rtx := make([]float64, len(rs))
 	for i, r := range rs {
+		// Rounds and the gaps after them partition the connection's time,
+		// and a round's acked bytes include those of its gap: over that span
+		// they are the delivery rate, and the chart's area is the bytes.
+		span := r.RTT
+		if i+1 < len(rs) {
+			span = rs[i+1].TUS - r.TUS
+		}
 		rate[i] = math.NaN()
-		if r.RTT > 0 {
-			rate[i] = float64(r.AckedBytes) * 8 / r.RTT // bit/µs = Mbit/s
+		if span > 0 {
+			rate[i] = float64(r.AckedBytes) * 8 / span // bit/µs = Mbit/s
 		}
 		win[i] = float64(r.InflightBytes) / 1e3
 		ce[i], ece[i], rtx[i] = float64(r.CE), float64(r.ECE), float64(r.Retransmissions)

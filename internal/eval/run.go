@@ -2,10 +2,12 @@ package eval
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"math"
 	"os"
@@ -20,6 +22,8 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/hbm-dev/hbm/internal/analyze"
+	"github.com/hbm-dev/hbm/internal/analyze/schema"
 	"github.com/hbm-dev/hbm/internal/eval/report"
 	"github.com/hbm-dev/hbm/internal/eval/result"
 	"github.com/hbm-dev/hbm/internal/rate"
@@ -47,6 +51,9 @@ type Options struct {
 	// Command and Version are recorded in the results' metadata.
 	Command []string
 	Version string
+	// CaptureDir, when set, keeps a capture of each run's measurement
+	// window there (see captureRun); WriteFiles charts them per round trip.
+	CaptureDir string
 }
 
 type runner struct {
@@ -555,9 +562,12 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	prog0 := readProgStats(r.o.PinDir)
 	cpu0 := readCPU()
 	stopSampling := sampleBacklog(shapedQ)
+	stopCapture := r.captureRun(t, &run, cc, lim)
+	defer stopCapture()
 	t0 := time.Now()
 
 	results, err := window(ctx, cs, dur)
+	stopCapture()
 	t1 := time.Now()
 	cpu1 := readCPU()
 	prog1 := readProgStats(r.o.PinDir)
@@ -667,6 +677,54 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		run.BPF = bpfCost(prog0, prog1, wall, wireBps)
 	}
 	return run
+}
+
+// Captures are headers only and bounded: a run at tens of Gbit/s would
+// otherwise write gigabytes.
+const (
+	captureSnap = 128
+	captureMax  = 64 << 20
+)
+
+// captureRun starts capturing the run's measurement window on the first
+// flow's first sender, its interface toward the receiver, when the eval
+// keeps captures, and returns what stops it (safe to call twice). The
+// sender's side, because round trips are the sender's: there its data leaves
+// and the ACKs come back a round trip later (on the receiver, a "round" is
+// its own ACK delay). A capture that fails is noted in the run, not fatal.
+func (r *runner) captureRun(t *topology, run *result.Run, cc, lim string) (stop func()) {
+	s := t.s
+	if r.o.CaptureDir == "" || len(s.Flows) == 0 || len(s.Flows[0].From) == 0 {
+		return func() {}
+	}
+	fl := &s.Flows[0]
+	src := s.HostOf(fl.From[0])
+	l := s.linkBetween(src, s.HostOf(fl.To))
+	h := t.hosts[src]
+	if l == nil || h == nil {
+		return func() {}
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(fmt.Sprintf("%s-%s-%s.pcap", s.Name, cc, lim))
+	run.Capture = &result.Capture{File: filepath.Join(filepath.Base(r.o.CaptureDir), name), Host: src, Interface: h.dev[l.Name]}
+	if err := os.MkdirAll(r.o.CaptureDir, 0o755); err != nil {
+		run.Capture.Error = err.Error()
+		return func() {}
+	}
+	c, err := analyze.StartCapture(h.ns, h.dev[l.Name], filepath.Join(r.o.CaptureDir, name), captureSnap, captureMax)
+	if err != nil {
+		run.Capture.Error = err.Error()
+		return func() {}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			st, err := c.Stop()
+			run.Capture.Packets, run.Capture.Dropped, run.Capture.Full = st.Packets, st.Dropped, st.Full
+			if err != nil {
+				run.Capture.Error = err.Error()
+			}
+		})
+	}
 }
 
 // ccNames are the kernel congestion controls a run under base needs.
@@ -940,8 +998,12 @@ func WriteFiles(dir string, res *result.Results) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
+	perRun := captureCharts(dir)
 	for name, w := range map[string]func(io.Writer, *result.Results) error{
-		"report.md": report.WriteMarkdown, "report.html": report.WriteHTML,
+		"report.md": report.WriteMarkdown,
+		"report.html": func(w io.Writer, r *result.Results) error {
+			return report.WriteHTMLPerRun(w, r, perRun)
+		},
 	} {
 		f, err := os.Create(filepath.Join(dir, name))
 		if err != nil {
@@ -956,4 +1018,41 @@ func WriteFiles(dir string, res *result.Results) error {
 		}
 	}
 	return nil
+}
+
+// captureCharts draws the per-round-trip charts of a run's capture (hbm
+// eval --capture) for the report: those of its connections that carried the
+// most data, at most three.
+func captureCharts(dir string) report.PerRun {
+	return func(run *result.Run) ([]template.HTML, string) {
+		c := run.Capture
+		if c == nil {
+			return nil, ""
+		}
+		if c.Error != "" {
+			return nil, "capture: " + c.Error
+		}
+		rep, err := analyze.File(filepath.Join(dir, c.File))
+		if err != nil {
+			return nil, "capture: " + err.Error()
+		}
+		conns := rep.Connections
+		slices.SortStableFunc(conns, func(a, b schema.Connection) int { return cmp.Compare(b.Bytes, a.Bytes) })
+		conns = conns[:min(len(conns), 3)]
+		note := fmt.Sprintf("From %s (%d packets on %s of %s, headers only", c.File, c.Packets, c.Interface, c.Host)
+		if c.Full {
+			note += fmt.Sprintf("; the %d MB bound ended it early", captureMax>>20)
+		}
+		if c.Dropped > 0 {
+			note += fmt.Sprintf("; %d packets lost by the capture", c.Dropped)
+		}
+		note += fmt.Sprintf("): the %d of %d connections that carried the most data.", len(conns), len(rep.Connections))
+		var charts []template.HTML
+		for i := range conns {
+			if conns[i].Bytes > 0 {
+				charts = append(charts, analyze.Charts(&conns[i])...)
+			}
+		}
+		return charts, note
+	}
 }

@@ -60,6 +60,12 @@ Dashed lines mark limits and, on the latency chart, the 40 ms delayed-ACK and 20
 {{range .Rows}}<tr>{{range $i, $c := .}}<td{{if $t.IsNum $i}} class="num"{{end}}>{{$c}}</td>{{end}}</tr>
 {{end}}</table>
 {{end}}
+{{range .RunCharts}}<h3>Per round trip: {{.Label}}</h3>
+{{if .Note}}<p>{{.Note}}</p>
+{{end}}<div class="charts">
+{{range .Charts}}{{.}}
+{{end}}</div>
+{{end}}
 {{if .NotDone}}<h3>Skipped and failed runs</h3>
 <ul class="skip">
 {{range .NotDone}}<li>{{.}}</li>
@@ -79,23 +85,47 @@ type htmlScenario struct {
 	Name      string
 	Charts    []template.HTML
 	Tables    []table
+	RunCharts []runCharts
 	NotDone   []string
 	Diagnoses []string
 }
+
+type runCharts struct {
+	Label, Note string
+	Charts      []template.HTML
+}
+
+// PerRun gives a run's own charts and a line about them (hbm eval
+// --capture: the per-round-trip charts of its capture); nil charts and ""
+// draw nothing for the run.
+type PerRun func(*result.Run) (charts []template.HTML, note string)
 
 // WriteHTML writes report.html: the Markdown report's tables and, per
 // scenario, charts like the seed slides' (goodput per class, RPC P99 on a
 // log scale, retransmissions, drops), in one file that needs no network and
 // no JavaScript.
-func WriteHTML(w io.Writer, r *result.Results) error {
+func WriteHTML(w io.Writer, r *result.Results) error { return WriteHTMLPerRun(w, r, nil) }
+
+// WriteHTMLPerRun is WriteHTML with each completed run's own charts (nil:
+// none) under its scenario's.
+func WriteHTMLPerRun(w io.Writer, r *result.Results, perRun PerRun) error {
 	data := struct {
 		Meta, Sysctls []kv
 		Scenarios     []htmlScenario
 	}{Meta: metaRows(&r.Meta), Sysctls: sysctlRows(&r.Meta)}
 	for _, s := range scenarios(r) {
-		data.Scenarios = append(data.Scenarios, htmlScenario{
+		hs := htmlScenario{
 			Name: s.Name, Charts: s.charts(), Tables: s.tables(), NotDone: s.notDone(), Diagnoses: s.diagnoses(),
-		})
+		}
+		for _, run := range s.Done {
+			if perRun == nil {
+				break
+			}
+			if charts, note := perRun(run); len(charts) > 0 || note != "" {
+				hs.RunCharts = append(hs.RunCharts, runCharts{Label: runLabel(run), Note: note, Charts: charts})
+			}
+		}
+		data.Scenarios = append(data.Scenarios, hs)
 	}
 	return page.Execute(w, data)
 }

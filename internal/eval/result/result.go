@@ -56,6 +56,20 @@ type Run struct {
 	// Notes are the runner's remarks: how an "auto" limit was chosen,
 	// warnings of the workload clients, missing statistics.
 	Notes []string `json:"notes,omitempty"`
+
+	Capture *Capture `json:"capture,omitempty"` // hbm eval --capture
+}
+
+// Capture is a run's packet capture (hbm eval --capture): the measurement
+// window on one interface, headers only, bounded in size.
+type Capture struct {
+	File      string `json:"file"` // pcap, relative to the results' directory
+	Host      string `json:"host"`
+	Interface string `json:"interface"`
+	Packets   int64  `json:"packets"`
+	Dropped   int64  `json:"dropped,omitempty"` // lost by the capture socket
+	Full      bool   `json:"full,omitempty"`    // the size bound ended it early
+	Error     string `json:"error,omitempty"`
 }
 
 // Group is the traffic of one cgroup (egress scenarios) or one receiver
