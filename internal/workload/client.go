@@ -248,9 +248,9 @@ type Client struct {
 
 	udpAttempted, udpSent, udpSentDgrams, udpErrors atomic.Uint64
 	udpErrOnce                                      sync.Once
-	udpFirstErr                                     atomic.Value // string
-	inflight  []atomic.Int64 // start (Unix ns) of each loop's outstanding RPC
-	cc        string
+	udpFirstErr                                     atomic.Value   // string
+	inflight                                        []atomic.Int64 // start (Unix ns) of each loop's outstanding RPC
+	cc                                              string
 
 	stop      chan struct{}
 	closeOnce sync.Once
