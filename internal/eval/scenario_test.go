@@ -60,6 +60,33 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+func TestParseUDPAndCounts(t *testing.T) {
+	doc := strings.Replace(goodScenario, "count: 2", "counts: [1, 16, 128]", 1)
+	doc = strings.Replace(doc, "{kind: stream, from: w, to: b, cc: reno}", "{kind: udp, rate: 2gbit, count: 4, from: w, to: b}", 1)
+	s, err := Parse("u.yaml", strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := s.Flows[1]
+	if u.Name != "udp" || u.RateBps != 2e9 || u.SizeBytes != 1472 || u.Count != 4 {
+		t.Errorf("udp flow %+v", u)
+	}
+	vs := s.Variants()
+	if len(vs) != 3 || vs[0] != (Variant{Label: "rpc-10KB=1", Flow: 0, Count: 1}) || vs[2].Label != "rpc-10KB=128" || vs[2].Count != 128 {
+		t.Errorf("variants %+v", vs)
+	}
+	if s.Flows[0].Count != 1 {
+		t.Errorf("count of a counts flow %d, want the first value", s.Flows[0].Count)
+	}
+	g, err := Parse("good.yaml", strings.NewReader(goodScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := g.Variants(); len(vs) != 1 || vs[0].Flow != -1 || vs[0].Label != "" {
+		t.Errorf("variants without counts %+v", vs)
+	}
+}
+
 func TestBuiltins(t *testing.T) {
 	bs, err := Builtins()
 	if err != nil {
@@ -123,14 +150,24 @@ func TestParseBad(t *testing.T) {
 		{"bad rate", edit("egress: 100mbit", "egress: 100mb"), `bad.yaml:15: cgroups[0].egress: invalid rate "100mb"`},
 		{"rate out of range", edit("egress: 100mbit", "egress: 1kbit"), `cgroups[0].egress: rate "1kbit" out of range`},
 		{"bad hbm arg", edit("hbm_args: [--no-pace]", "hbm_args: [--egress]"), `cgroups[0].hbm_args[0]`},
-		{"bad kind", edit("kind: rpc", "kind: udp"), `bad.yaml:18: flows[0].kind: unknown kind "udp"`},
+		{"bad kind", edit("kind: rpc", "kind: quic"), `bad.yaml:18: flows[0].kind: unknown kind "quic" (rpc, stream or udp)`},
 		{"rpc without size", edit("    size: 10KB\n", ""), `flows[0].size: an rpc flow needs a request size`},
 		{"bad size", edit("size: 10KB", "size: 10QB"), `bad.yaml:19: flows[0].size: bad size "10QB"`},
 		{"stream with size", edit("{kind: stream,", "{kind: stream, size: 1MB,"), `flows[1].size: a stream has no size`},
 		{"unknown to", edit("    to: b", "    to: nowhere"), `bad.yaml:23: flows[0].to: unknown host or cgroup "nowhere"`},
 		{"unknown from", edit("    from: w", "    from: x"), `bad.yaml:22: flows[0].from: unknown cgroup or host "x"`},
 		{"same host", edit("    to: b", "    to: a"), `flows[0].from: "w" and "a" are on the same host "a"`},
-		{"count", edit("count: 2", "count: 1000"), `flows[0].count: 1000 out of range`},
+		{"count", edit("count: 2", "count: 2000"), `bad.yaml:21: flows[0].count: 2000 out of range 1..1024`},
+		{"counts and count", edit("count: 2", "count: 2\n    counts: [1, 4]"), `bad.yaml:22: flows[0].counts: count and counts both set`},
+		{"counts out of range", edit("count: 2", "counts: [1, 0, 4]"), `bad.yaml:21: flows[0].counts[1]: 0 out of range 1..1024`},
+		{"counts twice", edit("count: 2", "counts: [1, 4, 1]"), `bad.yaml:21: flows[0].counts[2]: 1 listed twice`},
+		{"counts not ints", edit("count: 2", "counts: [1, many]"), "bad.yaml:21: cannot unmarshal !!str `many` into int"},
+		{"two counts", strings.Replace(edit("count: 2", "counts: [1, 2]"), "cc: reno}", "cc: reno, counts: [3]}", 1), `bad.yaml:24: flows[1].counts: flows[0] has counts already`},
+		{"rate on tcp", edit("count: 2", "rate: 1gbit"), `bad.yaml:21: flows[0].rate: only a udp flow has a rate`},
+		{"udp without rate", edit("{kind: stream,", "{kind: udp,"), `bad.yaml:24: flows[1].rate: a udp flow needs an offered rate`},
+		{"udp bad rate", edit("{kind: stream,", "{kind: udp, rate: 2gbps2,"), `bad.yaml:24: flows[1].rate: invalid rate "2gbps2"`},
+		{"udp bad size", edit("{kind: stream,", "{kind: udp, rate: 1gbit, size: 8,"), `bad.yaml:24: flows[1].size: bad datagram size "8": 12 to 65507 bytes`},
+		{"udp reply", edit("{kind: stream,", "{kind: udp, rate: 1gbit, reply: 1KB,"), `bad.yaml:24: flows[1].reply: a udp flow has no reply`},
 		{"duplicate class", edit("cc: reno}", "cc: reno, name: rpc-10KB}"), `flows[1].name: class "rpc-10KB" of group "w" already defined by flows[0]`},
 		{"two documents", goodScenario + "---\nname: x\n", "more than one YAML document"},
 	}
