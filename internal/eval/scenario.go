@@ -109,12 +109,12 @@ type Cgroup struct {
 // Flow is a class of traffic: count connections of one kind and size from a
 // cgroup (or a host) to a host (or a cgroup).
 type Flow struct {
-	Name  string    `yaml:"name"`
-	Kind  string    `yaml:"kind"`  // rpc, stream or udp
-	Size  string    `yaml:"size"`  // rpc request size; udp datagram payload (default 1472)
-	Reply string    `yaml:"reply"` // rpc reply size (default 64)
-	Rate  string    `yaml:"rate"`  // udp: offered payload rate per source, all its sockets
-	Count int       `yaml:"count"` // connections (udp: sockets) per source (default 1)
+	Name  string `yaml:"name"`
+	Kind  string `yaml:"kind"`  // rpc, stream or udp
+	Size  string `yaml:"size"`  // rpc request size; udp datagram payload (default 1472)
+	Reply string `yaml:"reply"` // rpc reply size (default 64)
+	Rate  string `yaml:"rate"`  // udp: offered payload rate per source, all its sockets
+	Count int    `yaml:"count"` // connections (udp: sockets) per source (default 1)
 	// Counts makes the flow's count a dimension of the run matrix: the
 	// scenario runs once per value (at most one flow has counts).
 	Counts []int     `yaml:"counts"`
