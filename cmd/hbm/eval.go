@@ -26,6 +26,7 @@ type evalFlags struct {
 	ccs, limiters    []string
 	duration, warmup time.Duration
 	runs             int
+	counts           []int
 }
 
 func newEvalCmd() *cobra.Command {
@@ -62,6 +63,7 @@ Needs root.`,
 	fl.StringSliceVar(&f.limiters, "limiter", nil, "limiters to run instead of the scenarios' (hbm, htb, tbf, none)")
 	fl.DurationVar(&f.duration, "duration", 0, "measurement window per run instead of the scenarios'")
 	fl.DurationVar(&f.warmup, "warmup", 0, "warm-up per run instead of the scenarios'")
+	fl.IntSliceVar(&f.counts, "counts", nil, "flow counts to run instead of the scenarios' counts lists (e.g. 16 or 1,64)")
 	fl.IntVar(&f.runs, "runs", 1, "repeat every run N times and report medians with min-max (benchmarks: at least 3)")
 	fl.BoolVar(&f.list, "list", false, "list the built-in scenarios and exit")
 	return cmd
@@ -101,6 +103,11 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	if f.runs < 1 || f.runs > 100 {
 		return usagef("--runs: %d out of range 1..100", f.runs)
 	}
+	for _, n := range f.counts {
+		if n < 1 || n > eval.MaxCount {
+			return usagef("--counts: %d out of range 1..%d", n, eval.MaxCount)
+		}
+	}
 	scens, err := eval.Load(args)
 	if err != nil {
 		return usageError{err}
@@ -119,7 +126,7 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	ctx, cancel := signalContext()
 	defer cancel()
 	return evalAndReport(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), scens, eval.Options{
-		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup, Runs: f.runs,
+		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup, Runs: f.runs, Counts: f.counts,
 		Log: cmd.ErrOrStderr(), Command: os.Args, Version: version,
 	}, out)
 }

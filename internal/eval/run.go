@@ -38,6 +38,9 @@ type Options struct {
 	CCs, Limiters []string
 	// Duration and Warmup, when set, replace every scenario's.
 	Duration, Warmup time.Duration
+	// Counts, when set, replaces the list of every scenario's counts flow
+	// (scenarios without one are unaffected).
+	Counts []int
 	// Runs repeats every run this many times (0 or 1: once); the results
 	// then hold the medians, the spread and every repetition
 	// (result.Aggregate).
@@ -105,11 +108,20 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 	type plan struct {
 		s                *Scenario
 		ccs, lims        []string
+		variants         []Variant
 		duration, warmup time.Duration
 	}
 	var plans []plan
 	for _, s := range scens {
 		p := plan{s: s, ccs: s.CCs, lims: s.Limiters, duration: s.DurationD, warmup: s.WarmupD}
+		var counts []int
+		if o.Quick && len(s.Quick.Counts) > 0 {
+			counts = s.Quick.Counts
+		}
+		if len(o.Counts) > 0 {
+			counts = o.Counts
+		}
+		p.variants = s.VariantsWith(counts)
 		if o.Quick {
 			p.duration, p.warmup = s.Quick.DurationD, s.Quick.WarmupD
 			if len(s.Quick.CCs) > 0 {
@@ -136,7 +148,7 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 			p.warmup = o.Warmup
 		}
 		plans = append(plans, p)
-		r.total += len(s.Variants()) * len(p.ccs) * len(p.lims) * r.reps()
+		r.total += len(p.variants) * len(p.ccs) * len(p.lims) * r.reps()
 	}
 	var runErr error
 	for _, p := range plans {
@@ -144,7 +156,7 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 			runErr = ctx.Err()
 			break
 		}
-		runs := r.scenario(ctx, p.s, p.ccs, p.lims, p.duration, p.warmup)
+		runs := r.scenario(ctx, p.s, p.variants, p.ccs, p.lims, p.duration, p.warmup)
 		for i := range runs {
 			if statsNote != "" && runs[i].Limiter == "hbm" {
 				runs[i].Notes = append(runs[i].Notes, statsNote)
@@ -186,10 +198,10 @@ type endpoint struct {
 }
 
 // scenario builds s's topology and runs its matrix.
-func (r *runner) scenario(ctx context.Context, s *Scenario, ccs, lims []string, dur, warm time.Duration) []result.Run {
+func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, ccs, lims []string, dur, warm time.Duration) []result.Run {
 	var runs []result.Run
 	fail := func(err error) []result.Run {
-		for _, v := range s.Variants() {
+		for _, v := range variants {
 			for _, cc := range ccs {
 				for _, l := range lims {
 					runs = append(runs, result.Run{Scenario: s.Name, Variant: v.Label, CC: cc, Limiter: l, Error: err.Error()})
@@ -236,7 +248,7 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, ccs, lims []string, 
 	// Variants outermost (a count's runs together), then congestion
 	// controls; the repetitions of one cc take turns over the limiters, so
 	// that drift on the machine spreads over all of them alike.
-	for _, v := range s.Variants() {
+	for _, v := range variants {
 		if v.Flow >= 0 {
 			orig := s.Flows[v.Flow].Count
 			s.Flows[v.Flow].Count = v.Count

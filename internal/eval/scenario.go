@@ -68,6 +68,7 @@ type Quick struct {
 	Warmup   string   `yaml:"warmup"`
 	CCs      []string `yaml:"ccs"`
 	Limiters []string `yaml:"limiters"`
+	Counts   []int    `yaml:"counts"` // replaces the counts flow's list
 
 	DurationD, WarmupD time.Duration `yaml:"-"`
 }
@@ -140,11 +141,19 @@ type Variant struct {
 }
 
 // Variants lists the scenario's variants in the order of its counts.
-func (s *Scenario) Variants() []Variant {
+func (s *Scenario) Variants() []Variant { return s.VariantsWith(nil) }
+
+// VariantsWith lists the variants with counts instead of the scenario's
+// list (nil: the scenario's). A scenario without a counts flow has its one
+// variant whatever counts says.
+func (s *Scenario) VariantsWith(counts []int) []Variant {
 	for i, fl := range s.Flows {
 		if len(fl.Counts) > 0 {
+			if counts == nil {
+				counts = fl.Counts
+			}
 			var out []Variant
-			for _, n := range fl.Counts {
+			for _, n := range counts {
 				out = append(out, Variant{Label: fmt.Sprintf("%s=%d", fl.Name, n), Flow: i, Count: n})
 			}
 			return out
@@ -374,6 +383,11 @@ func (s *Scenario) validate() error {
 	}
 	if err := checkLists("quick.", q.CCs, q.Limiters); err != nil {
 		return err
+	}
+	for j, n := range q.Counts {
+		if n < 1 || n > MaxCount {
+			return ferr(fmt.Sprintf("quick.counts[%d]", j), "%d out of range 1..%d", n, MaxCount)
+		}
 	}
 
 	// Hosts, cgroups: one namespace of names.
@@ -613,6 +627,9 @@ func (s *Scenario) validate() error {
 			}
 		}
 	}
+	if len(s.Quick.Counts) > 0 && len(s.Variants()) == 1 && s.Variants()[0].Flow < 0 {
+		return ferr("quick.counts", "no flow has counts")
+	}
 	// Class names must be unique per group.
 	seen := map[string]int{}
 	for i, fl := range s.Flows {
@@ -727,7 +744,8 @@ func Builtins() ([]*Scenario, error) {
 
 // builtinOrder runs the built-ins in the seed's order.
 func builtinOrder(name string) string {
-	for i, n := range []string{"egress-200m", "egress-1g", "egress-high", "egress-two-cgroups", "incast"} {
+	for i, n := range []string{"egress-200m", "egress-1g", "egress-high", "egress-two-cgroups", "incast",
+		"many-flows-200m", "many-flows-1g", "udp-flood", "two-ccs"} {
 		if n == name {
 			return strconv.Itoa(i)
 		}

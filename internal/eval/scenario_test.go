@@ -96,7 +96,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -116,6 +116,27 @@ func TestBuiltins(t *testing.T) {
 	two := bs[3]
 	if two.Cgroup("small").EgressBps*9 != two.Cgroup("large").EgressBps {
 		t.Errorf("two-cgroups not 1:9")
+	}
+	for i, rate := range map[int]uint64{5: 200e6, 6: 1e9} {
+		mf := bs[i]
+		var labels []string
+		for _, v := range mf.Variants() {
+			labels = append(labels, v.Label)
+		}
+		if got := strings.Join(labels, " "); got != "stream=1 stream=4 stream=16 stream=64 stream=128" || mf.Cgroup("work").EgressBps != rate {
+			t.Errorf("%s: variants %q, limit %d", mf.Name, got, mf.Cgroup("work").EgressBps)
+		}
+		if len(mf.VariantsWith(mf.Quick.Counts)) != 3 || strings.Join(mf.Limiters, ",") != "hbm,htb,none" || len(mf.CCs) != 4 {
+			t.Errorf("%s: quick counts %v, limiters %v, ccs %v", mf.Name, mf.Quick.Counts, mf.Limiters, mf.CCs)
+		}
+	}
+	udp := bs[7].Flows[0]
+	if udp.Kind != "udp" || udp.RateBps != 10*bs[7].Cgroup("work").EgressBps || udp.SizeBytes != 1472 {
+		t.Errorf("udp-flood: %+v", udp)
+	}
+	tc := bs[8]
+	if tc.Flows[0].CC != "cubic" || tc.Flows[2].CC != "bbr" || tc.Cgroup("gcubic").EgressBps != 500e6 || tc.Cgroup("gbbr").EgressBps != 500e6 {
+		t.Errorf("two-ccs: %+v", tc.Flows)
 	}
 }
 
@@ -167,6 +188,8 @@ func TestParseBad(t *testing.T) {
 		{"udp without rate", edit("{kind: stream,", "{kind: udp,"), `bad.yaml:24: flows[1].rate: a udp flow needs an offered rate`},
 		{"udp bad rate", edit("{kind: stream,", "{kind: udp, rate: 2gbps2,"), `bad.yaml:24: flows[1].rate: invalid rate "2gbps2"`},
 		{"udp bad size", edit("{kind: stream,", "{kind: udp, rate: 1gbit, size: 8,"), `bad.yaml:24: flows[1].size: bad datagram size "8": 12 to 65507 bytes`},
+		{"quick counts without counts", edit("limiters: [hbm, none]", "limiters: [hbm, none]\nquick: {counts: [4]}"), `bad.yaml:8: quick.counts: no flow has counts`},
+		{"quick counts range", edit("limiters: [hbm, none]", "limiters: [hbm, none]\nquick:\n  counts: [4, 5000]"), `bad.yaml:9: quick.counts[1]: 5000 out of range`},
 		{"udp reply", edit("{kind: stream,", "{kind: udp, rate: 1gbit, reply: 1KB,"), `bad.yaml:24: flows[1].reply: a udp flow has no reply`},
 		{"duplicate class", edit("cc: reno}", "cc: reno, name: rpc-10KB}"), `flows[1].name: class "rpc-10KB" of group "w" already defined by flows[0]`},
 		{"two documents", goodScenario + "---\nname: x\n", "more than one YAML document"},
@@ -229,7 +252,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 5 {
+	if err != nil || len(all) != 9 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }
