@@ -174,3 +174,24 @@ func hbmCounters(h testbed.HBM) (map[string]testbed.Counters, error) {
 	}
 	return out, nil
 }
+
+// readTxBytes is the tx_bytes counter of device dev in namespace ns (as
+// /sys/class/net/DEV/statistics/tx_bytes there: for a veth, whole frames,
+// Ethernet header included).
+func readTxBytes(ns, dev string) (uint64, error) {
+	nh, h, err := nsHandle(ns)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	defer nh.Close()
+	l, err := nh.LinkByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("%s in %s: %w", dev, ns, err)
+	}
+	st := l.Attrs().Statistics
+	if st == nil {
+		return 0, fmt.Errorf("%s in %s: no statistics", dev, ns)
+	}
+	return st.TxBytes, nil
+}
