@@ -46,11 +46,11 @@ const (
 
 // txnEntry is the journal's one value.
 type txnEntry struct {
-	Op   txnOp
-	Dir  uint32
-	ID   uint64
-	Rel  [txnPathBytes]byte
-	_    [4]byte
+	Op  txnOp
+	Dir uint32
+	ID  uint64
+	Rel [txnPathBytes]byte
+	_   [4]byte
 }
 
 var txnSpec = ebpf.MapSpec{
