@@ -91,6 +91,8 @@ struct hbm_queue {
 	__u32 flows_now;   /* TCP flows that sent in the current window */
 	__u32 flows;       /* ... in the last complete window */
 	__u32 payload_q16; /* TCP payload / wire bytes, 16-bit fixed point (0: unknown) */
+	__u64 ctl_fresh;   /* wire bytes of fresh bursts (unpaced RPCs) in the interval */
+	__u64 fresh_Bps;   /* ... as a rate, smoothed: what the bulk flows leave to them */
 };
 
 struct hbm_stats {
@@ -111,8 +113,11 @@ struct hbm_sock {
 	__u64 want_Bps;    /* least share of the socket's limited groups (0: none) */
 	__u64 applied;     /* what the assist last set (pacing cap B/s, or window clamp bytes) */
 	__u32 seen[HBM_MAX_LEVELS]; /* per cgroup level: the flow-count window last counted in, + 1 */
+	__u64 rate_Bps;    /* egress: the least limit on the socket's path, payload bytes/s */
+	__u64 vt_ns;       /* egress: the flow's own clock at that rate (policy.h,
+	                    * flow_fresh): ahead of now while it sends faster */
 	__u32 burst_end;   /* egress: sequence number where the current fresh burst ends */
-	__u32 burst;       /* egress: 1 while a burst is under way; 0 when everything the
+	__u32 burst;       /* egress: 1 while a burst is under way; 0 once everything the
 	                    * socket wrote was acked: its next packet starts a fresh burst */
 	/* ingress only: a drop opens a hole in the flow's sequence space; until
 	 * the receiver's rcv_nxt passes hole_end no further packet of the flow

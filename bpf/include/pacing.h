@@ -10,15 +10,25 @@
  * next ACK.
  *
  * Small transfers first: a socket whose every written byte was acked is idle;
- * its cap is lifted, so the next burst it sends (an RPC's request or reply)
- * leaves at once instead of at the bulk share, and the egress program does
- * not mark it (policy.h, fresh bursts). The first ACK that finds data still
- * outstanding caps it again: bulk transfers are paced from their first RTT.
+ * if it is within its group's rate (policy.h, flow_fresh), its cap is raised to
+ * FRESH_BPS, so the next burst it sends (an RPC's
+ * request or reply) leaves at once instead of at the bulk share: TCP sizes a
+ * TSO packet to a millisecond at the pacing rate, so at FRESH_BPS its first
+ * 64 KB go as one packet, unpaced, and the egress program does not mark them
+ * (policy.h, fresh bursts). Not unlimited: a socket with a large cwnd would
+ * send a whole 1 MB transfer within the RTT before its first ACK (measured:
+ * a group of 1 MB RPCs at 8x its limit). The first ACK that finds data still
+ * outstanding caps it to its share again.
  */
 #ifndef HBM_PACING_H
 #define HBM_PACING_H
 
 #include "assist.h"
+#include "policy.h"
+
+/* What an idle socket may send at: its first FRESH_BURST_BYTES as one TSO
+ * packet (TCP sizes them to sk_pacing_rate >> 10 bytes). */
+#define FRESH_BPS ((__u64)FRESH_BURST_BYTES << 10)
 
 static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 {
@@ -46,9 +56,9 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 1;
-	if (tp_idle(tp)) {
+	if (tp_idle(tp) && (__s64)(s->vt_ns - bpf_ktime_get_ns()) <= 0) {
 		s->burst = 0;
-		pace_set(skops, tp, s, 0);
+		pace_set(skops, tp, s, s->want_Bps && s->want_Bps < FRESH_BPS ? FRESH_BPS : s->want_Bps);
 		return 1;
 	}
 	pace_set(skops, tp, s, s->want_Bps);

@@ -12,8 +12,8 @@
  * Never dropped: anything under HBM_F_NO_DROP; on egress, TCP flows with
  * fewer than min_inflight packets out (the probe timer would stall them); on
  * ingress, what rx_protected() spares (the receiver's proxy for the same
- * rule). Never marked: egress packets of a fresh burst (a socket that had
- * everything acked and sends again: an RPC goes first, bulk yields).
+ * rule). Never marked: egress packets of a flow within its share, in
+ * bursts of up to 64 KB (flow_fresh: an RPC goes first, bulk yields).
  * Dropped packets are not charged.
  *
  * Egress drops carry the congestion code: TCP learns of the drop at once and
@@ -32,7 +32,7 @@
 
 /* Resolution of the cwr probability ramp. */
 #define CWR_RAMP_STEPS 1024
-/* A fresh burst: at most this many bytes after a socket went idle. */
+/* The burst a flow within its share may send unmarked (and, idle, unpaced). */
 #define FRESH_BURST_BYTES (64 * 1024)
 /* How long an ingress hole may stay open before the flow may be dropped
  * from again (the sender gave up, or the retransmission went elsewhere). */
@@ -44,6 +44,7 @@ struct verdict {
 	struct pkt p;
 	__u64 now;
 	__u64 want_Bps;     /* least share of the levels that assist (0: none) */
+	__u64 rate_Bps;     /* least limit of the levels, payload bytes/s (0: none) */
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
 	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
@@ -78,16 +79,33 @@ static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock
 	return 0;
 }
 
-/* fresh_burst reports whether this egress TCP packet belongs to a fresh
- * burst: the first FRESH_BURST_BYTES a socket sends after everything it wrote
- * was acked (pacing.h clears s->burst then), or after it was created. */
-static __always_inline int fresh_burst(const struct pkt *p, struct hbm_sock *s)
+/* flow_fresh reports whether this egress TCP packet is part of a fresh
+ * burst: the first FRESH_BURST_BYTES a socket sends after everything it
+ * wrote was acked (pacing.h clears s->burst then), or after it was created,
+ * and only while the socket stays within its group's rate (a token bucket
+ * per socket at the least limit on its path, FRESH_BURST_BYTES deep): an
+ * RPC goes first, but a back-to-back RPC loop does not take more than its
+ * group's rate unmarked. */
+static __always_inline int flow_fresh(const struct pkt *p, struct hbm_sock *s, __u64 now)
 {
+	__u64 rate = s->rate_Bps, cost, depth;
+	int within;
+
 	if (!s->burst) {
 		s->burst = 1;
 		s->burst_end = p->seq + FRESH_BURST_BYTES;
 	}
-	return (__s32)(p->seq + p->payload - s->burst_end) <= 0;
+	if (!rate)
+		return 1; /* its first packet: no limit known yet */
+	cost = (__u64)p->payload * 1000000000ULL / rate;
+	depth = FRESH_BURST_BYTES * 1000000000ULL / rate;
+	if ((__s64)(s->vt_ns - (now - depth)) < 0)
+		s->vt_ns = now - depth; /* idle: at most a full bucket */
+	within = (__s64)(s->vt_ns + cost - now) <= 0;
+	s->vt_ns += cost;
+	if ((__s64)(s->vt_ns - (now + depth)) > 0)
+		s->vt_ns = now + depth; /* bounded debt */
+	return within && (__s32)(p->seq + p->payload - s->burst_end) <= 0;
 }
 
 /* cwr_roll draws the congestion code with probability (backlog - mark) /
@@ -167,6 +185,8 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 		q->vtime_ns += cost;
 		q->frac = frac;
 		if (cfg->flags & HBM_F_PACE) {
+			if (v->fresh)
+				q->ctl_fresh += v->p.wire_bytes;
 			share_count(q, cfg, s, lvl, v->now);
 			share_update(q, cfg, &v->p, backlog, v->now);
 			share = q->share_Bps;
@@ -183,6 +203,8 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	st->bytes += v->p.wire_bytes;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
+	if (!v->rate_Bps || cfg->rate_bps / 8 < v->rate_Bps)
+		v->rate_Bps = cfg->rate_bps / 8;
 	if (backlog <= (__s64)cfg->mark_ns || v->fresh)
 		return 0;
 

@@ -97,7 +97,11 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	ceil = rate * pq >> 16;
 	/* A 64th below the fair share: the share loop, not the floor, settles
 	 * the group on its rate (at the floor the loop cannot pull it lower). */
-	floor = ceil / share_flows(q);
+	/* Fresh bursts (RPCs, policy.h) go first: the bulk flows share what
+	 * they leave, and never less than an eighth of the rate. */
+	floor = q->fresh_Bps * pq >> 16;
+	floor = floor < ceil - (ceil >> 3) ? ceil - floor : ceil >> 3;
+	floor /= share_flows(q);
 	floor -= floor >> 6;
 	if (!c || c > ceil)
 		c = ceil; /* new limit, or the rate was lowered */
@@ -118,6 +122,9 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	y = q->ctl_wire * 1000000ULL / (dt / 1000); /* bytes/s; dt in us */
 	if (q->ctl_tcp_wire > 64 * 1024 && q->ctl_tcp_payload <= q->ctl_tcp_wire)
 		q->payload_q16 = (q->ctl_tcp_payload << 16) / q->ctl_tcp_wire;
+	/* Halfway to this interval's rate of fresh bursts. */
+	q->fresh_Bps = (q->fresh_Bps + q->ctl_fresh * 1000000ULL / (dt / 1000)) / 2;
+	q->ctl_fresh = 0;
 	q->ctl_ns = now;
 	q->ctl_wire = 0;
 	q->ctl_tcp_wire = 0;

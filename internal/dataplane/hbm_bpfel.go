@@ -69,6 +69,8 @@ type hbmHbmQueue struct {
 	FlowsNow      uint32
 	Flows         uint32
 	PayloadQ16    uint32
+	CtlFresh      uint64
+	FreshBps      uint64
 }
 
 type hbmHbmSock struct {
@@ -76,6 +78,8 @@ type hbmHbmSock struct {
 	WantBps  uint64
 	Applied  uint64
 	Seen     [32]uint32
+	RateBps  uint64
+	VtNs     uint64
 	BurstEnd uint32
 	Burst    uint32
 	HoleNs   uint64
