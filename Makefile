@@ -7,7 +7,7 @@ ARCH_INC  := /usr/include/$(shell uname -m)-linux-gnu
 export BPF_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/include -I$(ARCH_INC)
 export BPF_CORE_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/vmlinux -I$(CURDIR)/bpf/include
 
-.PHONY: all build generate deps test test-unit test-priv demo bench clean
+.PHONY: all build generate vmlinux deps test test-unit test-priv demo bench clean
 
 all: build
 
@@ -15,25 +15,26 @@ all: build
 deps:
 	@./scripts/deps.sh
 
-VMLINUX   := bpf/vmlinux/vmlinux.h
-
 ## generate: compile the BPF C and regenerate the Go bindings (bpf2go).
-generate: deps $(VMLINUX)
+## Needs clang (make deps installs it); the kernel types come from the
+## checked-in bpf/vmlinux/vmlinux.h (CO-RE relocates them on the running
+## kernel), so the build does not depend on the build host's kernel.
+generate:
+	@command -v clang >/dev/null || { echo "clang not found: run 'make deps' (as root) first" >&2; exit 1; }
 	$(GO) generate ./internal/...
 
-# Kernel types for the BPF programs that need them (CO-RE relocates them on
-# other kernels), dumped from this kernel's BTF.
-$(VMLINUX):
-	mkdir -p $(dir $@)
-	bpftool btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp
-	mv $@.tmp $@
+## vmlinux: refresh bpf/vmlinux/vmlinux.h from this kernel's BTF (rarely needed).
+vmlinux:
+	bpftool btf dump file /sys/kernel/btf/vmlinux format c > bpf/vmlinux/vmlinux.h.tmp
+	mv bpf/vmlinux/vmlinux.h.tmp bpf/vmlinux/vmlinux.h
 
 ## build: one static binary with the BPF objects embedded.
 build: generate
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN) ./cmd/hbm
 
 ## test: everything CI runs (unit, BPF decision and namespace integration tests).
-test: build
+test: deps
+	$(MAKE) build
 	$(GO) vet ./...
 	HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 40m ./...
 
@@ -42,7 +43,8 @@ test-unit:
 	$(GO) test -count=1 -short ./...
 
 ## demo: build, then a quick built-in comparison (hbm eval egress-200m --quick: hbm vs htb vs tbf vs none).
-demo: build
+demo: deps
+	$(MAKE) build
 	./$(BIN) demo
 
 ## bench: the foundation's egress benchmark (hbm vs htb vs tbf).

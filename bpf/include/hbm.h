@@ -1,37 +1,45 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Types shared by HBM's BPF programs and its Go manager (internal/dataplane).
+/* Types shared by HBM's BPF programs and its Go manager (internal/dataplane,
+ * which gets them from bpf2go: every struct and enum here is generated Go,
+ * nothing is mirrored by hand). Include after vmlinux.h.
  *
- * State is keyed by (cgroup id, direction) in three maps, so one limit is one
- * key everywhere:
+ * One program per hook serves every limited group. A limit is keyed by
+ * (cgroup id, direction) in three maps (maps.h):
  *   hbm_limit_map  what user space set: rate as a per-byte cost, thresholds in ns.
  *               Written whole by `hbm set`; a live rate change is one update.
- *   hbm_queue_map  the virtual queue, under its own bpf_spin_lock; never written
- *               by user space after creation, so a rate change keeps it.
+ *   hbm_queue_map  the virtual queue and the group's per-flow share, under its
+ *               own bpf_spin_lock; never written by user space after creation,
+ *               so a rate change keeps it.
  *   hbm_stats_map  per-CPU counters; no shared cache line on the fast path.
- * A later work-conserving hierarchy (guaranteed rate plus ceiling, borrowing
- * from idle siblings) adds a parent key and a ceiling cost to hbm_config and
- * reads the parent's queue by key; the queue itself needs no change.
+ * A packet is charged to every limited group on its socket's cgroup path
+ * (ancestors found with bpf_skb_ancestor_cgroup_id, root first), so nested
+ * limits hold together and the cost per packet does not grow with the number
+ * of groups, only with the socket's cgroup depth.
  */
 #ifndef HBM_H
 #define HBM_H
 
-#ifndef __VMLINUX_H__ /* programs built on vmlinux.h have these types */
-#include <linux/types.h>
-#include <linux/bpf.h>
-#endif
-
-#define HBM_DIR_EGRESS  0
-#define HBM_DIR_INGRESS 1
+enum hbm_dir {
+	HBM_DIR_EGRESS = 0,
+	HBM_DIR_INGRESS = 1,
+};
 
 /* hbm_config.flags */
-#define HBM_F_LOOPBACK (1U << 0) /* police loopback traffic too */
-#define HBM_F_NO_DROP  (1U << 1) /* mark only, never drop (incast protection) */
-#define HBM_F_PACE     (1U << 2) /* pacing assist: TCP paces itself to its share */
-#define HBM_F_RELEASE  (1U << 3) /* being removed: pass all, lift pacing caps */
+enum hbm_flags {
+	HBM_F_LOOPBACK = 1 << 0, /* police loopback traffic too */
+	HBM_F_NO_DROP = 1 << 1,  /* mark only, never drop (incast protection) */
+	HBM_F_PACE = 1 << 2,     /* assist: egress pacing, ingress window clamp */
+};
+
+/* cgroup levels searched for limits: a limit on a group deeper than this is
+ * refused by user space (it reads the bound from hbm_sock.seen's length). */
+#define HBM_MAX_LEVELS 32
+#define HBM_MAX_LIMITS 65536
 
 /* Return codes of cgroup skb programs. Egress programs loaded with the
  * egress expected attach type may set bit 1: the kernel then returns
- * NET_XMIT_CN to TCP, which calls tcp_enter_cwr(). */
+ * NET_XMIT_CN to the sender (TCP calls tcp_enter_cwr; for a drop, UDP sees
+ * ENOBUFS, which it hides unless IP_RECVERR: what a qdisc drop looks like). */
 #define HBM_RET_DROP    0
 #define HBM_RET_PASS    1
 #define HBM_RET_DROP_CN 2
@@ -41,7 +49,7 @@
 
 struct hbm_key {
 	__u64 cgroup_id;
-	__u32 dir;
+	enum hbm_dir dir;
 	__u32 pad;
 };
 
@@ -49,7 +57,7 @@ struct hbm_config {
 	__u64 rate_bps;         /* configured rate, bits per second (for reports) */
 	__u64 ns_per_byte;      /* time one byte takes at the rate: whole ns ... */
 	__u32 ns_per_byte_frac; /* ... plus this many 2^-32 ns */
-	__u32 flags;            /* HBM_F_* */
+	enum hbm_flags flags;   /* HBM_F_* or'ed */
 	__u64 burst_ns;         /* most credit an idle queue accrues */
 	__u64 mark_ns;          /* backlog above which packets are marked */
 	__u64 drop_large_ns;    /* backlog above which large packets drop; end of the cwr ramp */
@@ -57,7 +65,7 @@ struct hbm_config {
 	__u64 max_backlog_ns;   /* backlog never grows past this (bounded recovery) */
 	__u32 small_pkt_bytes;  /* packets below this are "small" (SYN, pure ACK) */
 	__u32 min_inflight;     /* TCP flows with fewer packets out are never dropped */
-	__s64 pace_target_ns;   /* pacing assist cuts rates above this backlog */
+	__s64 pace_target_ns;   /* the share loop steers the backlog to this */
 };
 
 /* The virtual queue. Instead of a byte credit that needs rate * elapsed time
@@ -65,14 +73,26 @@ struct hbm_config {
  * time at which the queue drains: vtime_ns. A packet advances it by its cost;
  * backlog = vtime_ns - now (negative = credit, bounded by burst_ns). Costs
  * carry a 32-bit fraction of a ns, so 400 Gbit/s (0.02 ns per byte) and
- * 8 kbit/s (1 ms per byte) are both exact to better than 1e-8. */
+ * 8 kbit/s (1 ms per byte) are both exact to better than 1e-8.
+ *
+ * The rest is the group's per-flow share (share.h): what each TCP flow of the
+ * group may send, in payload bytes per second, and the flow count it rests on. */
 struct hbm_queue {
 	struct bpf_spin_lock lock;
-	__u32 frac;     /* fraction of vtime_ns, in 2^-32 ns */
-	__u64 vtime_ns; /* bpf_ktime_get_ns() time at which the queue is empty */
-	__u64 pace_Bps;   /* pacing assist: the group's per-flow rate, bytes/s (0: unset) */
-	__u64 pace_ns;    /* start of the current control interval */
-	__u64 pace_bytes; /* wire bytes passed in it */
+	__u32 frac;        /* fraction of vtime_ns, in 2^-32 ns */
+	__u64 vtime_ns;    /* bpf_ktime_get_ns() time at which the queue is empty */
+	__u64 share_Bps;   /* per-flow rate, payload bytes/s (0: not yet computed) */
+	__u64 ctl_ns;      /* start of the current control interval */
+	__u64 ctl_wire;    /* wire bytes passed in it, all traffic */
+	__u64 ctl_tcp_wire;    /* ... of which TCP */
+	__u64 ctl_tcp_payload; /* TCP payload bytes in it */
+	__u64 epoch_ns;    /* start of the current flow-count window */
+	__u32 epoch;       /* flow-count window number */
+	__u32 flows_now;   /* TCP flows that sent in the current window */
+	__u32 flows;       /* ... in the last complete window */
+	__u32 payload_q16; /* TCP payload / wire bytes, 16-bit fixed point (0: unknown) */
+	__u64 ctl_fresh;   /* wire bytes of fresh bursts (unpaced RPCs) in the interval */
+	__u64 fresh_Bps;   /* ... as a rate, smoothed: what the bulk flows leave to them */
 };
 
 struct hbm_stats {
@@ -84,25 +104,36 @@ struct hbm_stats {
 	__u64 dropped_bytes; /* wire bytes dropped */
 };
 
-/* Pacing assist state of one socket (sk_storage): the rate each limited
- * level above it allows, so that nested limits each keep their own. */
-#define HBM_PACE_LEVELS 8
-
-struct hbm_flow {
-	__u64 level_Bps[HBM_PACE_LEVELS]; /* per cgroup level, bytes/s (0: none) */
-	__u64 applied_Bps;                /* SO_MAX_PACING_RATE last set */
+/* Per-socket state of one direction (sk_storage: hbm_flow_map for egress,
+ * hbm_rx_map for ingress). The data-plane program writes want_Bps on every
+ * packet: the least per-flow share of the limited groups on the socket's
+ * path. The sockops assist reads it and applies it (egress: the pacing cap;
+ * ingress: the receive-window clamp); it never looks a limit up itself. */
+struct hbm_sock {
+	__u64 want_Bps;    /* least share of the socket's limited groups (0: none) */
+	__u64 applied;     /* what the assist last set (pacing cap B/s, or window clamp bytes) */
+	__u32 seen[HBM_MAX_LEVELS]; /* per cgroup level: the flow-count window last counted in, + 1 */
+	__u64 rate_Bps;    /* egress: the least limit on the socket's path, payload bytes/s */
+	__u64 vt_ns;       /* egress: the flow's own clock at that rate (policy.h,
+	                    * flow_fresh): ahead of now while it sends faster */
+	__u32 burst_end;   /* egress: sequence number where the current fresh burst ends */
+	__u32 burst;       /* egress: 1 while a burst is under way; 0 once everything the
+	                    * socket wrote was acked: its next packet starts a fresh burst */
+	/* ingress only: a drop opens a hole in the flow's sequence space; until
+	 * the receiver's rcv_nxt passes hole_end no further packet of the flow
+	 * is dropped (policy.h, rx_protected). */
+	__u64 hole_ns;     /* when the hole was made (0: none) */
+	__u32 hole_end;    /* sequence number just past the dropped payload */
+	__u32 pad2;
 };
 
-/* Ingress state of one receiving socket (sk_storage, hbm_rx_map). A drop
- * opens a hole in the flow's sequence space; until the receiver's rcv_nxt
- * passes hole_end (the retransmission arrived) no further packet of the flow
- * is dropped, so a loss is always followed by packets that reveal it, and a
- * retransmission is never dropped. */
-struct hbm_rx {
-	__u64 hole_ns;  /* when the hole was made (0: none) */
-	__u32 hole_end; /* sequence number just past the dropped payload */
-	__u32 clamp;    /* receive-window assist: TCP_WINDOW_CLAMP last set (0: none) */
-	__u64 level_Bps[HBM_PACE_LEVELS]; /* receive-window assist: rate per cgroup level */
+/* Parameters and results of one run of the socket walker (sockets.h). */
+struct hbm_walk {
+	__u64 cgroup_id; /* the group whose sockets are walked (and its descendants) */
+	enum hbm_dir dir; /* which assist */
+	__u32 release;   /* 0: turn the assist's callback on; 1: lift what it set */
+	__u64 seen;      /* sockets of the group seen */
+	__u64 changed;   /* sockets changed */
 };
 
 #endif /* HBM_H */

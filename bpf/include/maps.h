@@ -1,16 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The maps every HBM program shares; user space pins them under
- * /sys/fs/bpf/hbm/ and hands the pinned ones to each program it loads. */
+/* Every map of HBM's data plane, in one place. User space pins them under
+ * the pin directory (/sys/fs/bpf/hbm) and loads the programs once against
+ * the pinned ones. Include after vmlinux.h and bpf_helpers.h. */
 #ifndef HBM_MAPS_H
 #define HBM_MAPS_H
 
-#include <linux/bpf.h>
-#include <bpf/bpf_helpers.h>
 #include "hbm.h"
-#include "flow.h"
 
-#define HBM_MAX_LIMITS 16384
-
+/* What user space set, per (cgroup id, direction). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HBM_MAX_LIMITS);
@@ -18,6 +15,7 @@ struct {
 	__type(value, struct hbm_config);
 } hbm_limit_map SEC(".maps");
 
+/* The virtual queue and per-flow share of each limit. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HBM_MAX_LIMITS);
@@ -25,6 +23,7 @@ struct {
 	__type(value, struct hbm_queue);
 } hbm_queue_map SEC(".maps");
 
+/* Counters of each limit, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, HBM_MAX_LIMITS);
@@ -32,5 +31,28 @@ struct {
 	__type(value, struct hbm_stats);
 } hbm_stats_map SEC(".maps");
 
+/* Egress state of each socket: its pacing want, fresh bursts, flow counts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct hbm_sock);
+} hbm_flow_map SEC(".maps");
+
+/* Ingress state of each receiving socket: its window want, holes, flow counts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct hbm_sock);
+} hbm_rx_map SEC(".maps");
+
+/* The socket walker's parameters and results (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hbm_walk);
+} hbm_walk_map SEC(".maps");
 
 #endif /* HBM_MAPS_H */

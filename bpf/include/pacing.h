@@ -1,147 +1,67 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Pacing assist: TCP flows of a limited group pace themselves to the group's
- * fair-share rate (SO_MAX_PACING_RATE turns on TCP's internal pacing; no fq).
+/* Pacing assist: the TCP flows of a limited group pace themselves to the
+ * group's per-flow share (share.h): SO_MAX_PACING_RATE turns on TCP's
+ * internal pacing (an hrtimer per socket, no fq needed) and caps its rate.
  *
- * Why: policing alone cannot hold TCP below about one MSS per RTT per flow:
- * cwnd does not go below 2, and a flow with fewer than 2 packets out must not
- * be dropped (it would wait for its probe timer). On a 12 us veth RTT that
- * floor is about 1 Gbit/s per flow. Pacing spaces packets in time instead,
- * which is what the seed's EDT variant did with fq.
+ * The egress program computes each socket's want (the least share of its
+ * limited groups) on every packet; this sockops program applies it on the
+ * socket's ACKs (BPF_SOCK_OPS_RTT_CB), comparing with the cap the socket
+ * really has, so a workload that lifts its own cap is capped again on its
+ * next ACK.
  *
- * Control, after RCP: one rate per group, pace_Bps, that every flow may use.
- * Each control interval (PACE_INTERVAL_NS) the egress program measures what
- * the group sent, y, and picks the rate that would have made it send its
- * target instead: pace_Bps *= target / y, where target is the group rate less
- * what drains the backlog above pace_target_ns in PACE_DRAIN_NS (more than the
- * rate while the queue has credit). Backlogged flows settle on equal shares;
- * flows sending less than the share (RPCs) are not slowed by it, and what they
- * leave goes to the others. The sockops program applies the rate to each
- * socket on its ACKs. Marks and drops stay as the backstop.
+ * Small transfers first: a socket whose every written byte was acked is idle;
+ * if it is within its group's rate (policy.h, flow_fresh), its cap is raised to
+ * FRESH_BPS, so the next burst it sends (an RPC's
+ * request or reply) leaves at once instead of at the bulk share: TCP sizes a
+ * TSO packet to a millisecond at the pacing rate, so at FRESH_BPS its first
+ * 64 KB go as one packet, unpaced, and the egress program does not mark them
+ * (policy.h, fresh bursts). Not unlimited: a socket with a large cwnd would
+ * send a whole 1 MB transfer within the RTT before its first ACK (measured:
+ * a group of 1 MB RPCs at 8x its limit). The first ACK that finds data still
+ * outstanding caps it to its share again.
  */
 #ifndef HBM_PACING_H
 #define HBM_PACING_H
 
-#include "hbm.h"
-#include "maps.h"
-#include "flow.h"
+#include "assist.h"
+#include "policy.h"
 
-#ifndef SOL_SOCKET
-#define SOL_SOCKET 1
-#endif
+/* What an idle socket may send at: its first FRESH_BURST_BYTES as one TSO
+ * packet (TCP sizes them to sk_pacing_rate >> 10 bytes). */
+#define FRESH_BPS ((__u64)FRESH_BURST_BYTES << 10)
 
-#define PACE_INTERVAL_NS 1000000ULL /* control interval */
-#define PACE_DRAIN_NS    4000000ULL /* drain the backlog above target in this */
-#define PACE_FLOOR_SHIFT 2          /* the share never drops below rate / 4 */
-#define PACE_Q           16         /* fixed-point shift of the correction ratio */
-#define PACE_RATIO_MAX   (16ULL << PACE_Q) /* at most 16x up or down per interval */
-
-/* pace_update accounts wire_bytes to the control interval and, when one
- * ends, corrects the group's per-flow rate. Called with the queue locked.
- * Bounds keep products below 2^63: rates <= 5e10 bytes/s, the ratio <= 2^20,
- * bytes per interval <= 2^40 (dt is capped). */
-static __always_inline void pace_update(struct hbm_queue *q, const struct hbm_config *cfg,
-					__s64 backlog, __u64 now, __u64 wire_bytes)
+static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 {
-	__u64 rate = cfg->rate_bps / 8, c = q->pace_Bps, dt, y, target, ratio;
-	__s64 excess, left;
-
-	if (!(cfg->flags & HBM_F_PACE))
-		return;
-	if (!c || c > rate)
-		c = rate; /* new limit, or the rate was lowered */
-	q->pace_bytes += wire_bytes;
-	dt = now - q->pace_ns;
-	if ((__s64)dt < (__s64)PACE_INTERVAL_NS) {
-		q->pace_Bps = c;
-		return;
-	}
-	if (dt > 1000 * PACE_INTERVAL_NS)
-		dt = 1000 * PACE_INTERVAL_NS; /* after idling: y is ~0 either way */
-	y = q->pace_bytes * 1000000ULL / (dt / 1000); /* bytes/s; dt in us */
-	q->pace_ns = now;
-	q->pace_bytes = 0;
-
-	/* target = rate * (1 - excess / PACE_DRAIN_NS), within [rate/16, 2 rate]. */
-	excess = backlog - cfg->pace_target_ns;
-	left = (__s64)PACE_DRAIN_NS - excess;
-	if (left < (__s64)(PACE_DRAIN_NS >> 4))
-		left = PACE_DRAIN_NS >> 4;
-	if (left > (__s64)(2 * PACE_DRAIN_NS))
-		left = 2 * PACE_DRAIN_NS;
-	target = rate * (__u64)left / PACE_DRAIN_NS;
-	ratio = y ? (target << PACE_Q) / y : PACE_RATIO_MAX;
-	if (ratio > PACE_RATIO_MAX)
-		ratio = PACE_RATIO_MAX;
-	if (ratio < ((1ULL << PACE_Q) >> 4))
-		ratio = (1ULL << PACE_Q) >> 4;
-	/* Halfway to the computed rate: smooths the estimate. */
-	c = (c + ((c * ratio) >> PACE_Q)) / 2;
-	if (c > rate)
-		c = rate;
-	if (c < (rate >> PACE_FLOOR_SHIFT))
-		c = rate >> PACE_FLOOR_SHIFT;
-	q->pace_Bps = c ? c : 1;
-}
-
-/* flow_apply sets the socket's max pacing rate to the least its levels allow. */
-static __always_inline void flow_apply(struct bpf_sock_ops *skops, struct hbm_flow *f)
-{
-	__u64 want = flow_want(f);
-	__u32 val;
-
-	/* Skip the setsockopt unless the rate moved by more than 1/32. */
-	if (f->applied_Bps && want <= f->applied_Bps + (f->applied_Bps >> 5) &&
-	    want + (want >> 5) >= f->applied_Bps)
-		return;
-	val = pacing_opt(want);
-	if (!bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE_OPT, &val, sizeof(val)))
-		f->applied_Bps = want;
-}
-
-static __always_inline int hbm_pace(struct bpf_sock_ops *skops, __u64 cgroup_id, __u32 level)
-{
-	struct hbm_key key = { .cgroup_id = cgroup_id, .dir = HBM_DIR_EGRESS };
-	const struct hbm_config *cfg;
-	struct hbm_queue *q;
-	struct hbm_flow *f;
+	struct hbm_sock *s;
+	struct tcp_sock *tp;
 	struct bpf_sock *sk;
-	__u64 c;
 
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
 		/* Ask for a callback on every ACK. */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
-		break;
+		return 1;
 	case BPF_SOCK_OPS_RTT_CB:
 		break;
 	default:
 		return 1;
 	}
-	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
-	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 	sk = skops->sk;
-	if (!cfg || !q || !sk)
+	if (!sk)
 		return 1;
-	if (!(cfg->flags & HBM_F_LOOPBACK) && ops_local(skops))
-		return 1; /* not policed: not paced either */
-	if (!(cfg->flags & HBM_F_PACE) || (cfg->flags & HBM_F_RELEASE)) {
-		/* Paced before (pacing turned off, or the limit is going): lift it. */
-		f = bpf_sk_storage_get(&hbm_flow_map, sk, 0, 0);
-		if (f && f->level_Bps[level & (HBM_PACE_LEVELS - 1)]) {
-			f->level_Bps[level & (HBM_PACE_LEVELS - 1)] = 0;
-			flow_apply(skops, f);
-		}
+	s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, 0);
+	if (!s)
+		return 1; /* the data plane has not seen it send: nothing to apply */
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 1;
+	if (tp_idle(tp) && (__s64)(s->vt_ns - bpf_ktime_get_ns()) <= 0) {
+		s->burst = 0;
+		pace_set(skops, tp, s, s->want_Bps && s->want_Bps < FRESH_BPS ? FRESH_BPS : s->want_Bps);
 		return 1;
 	}
-	f = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!f)
-		return 1;
-	c = q->pace_Bps; /* racy read of one word: fine */
-	if (!c)
-		c = cfg->rate_bps / 8;
-	f->level_Bps[level & (HBM_PACE_LEVELS - 1)] = c;
-	flow_apply(skops, f);
+	pace_set(skops, tp, s, s->want_Bps);
 	return 1;
 }
 

@@ -1,18 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Packet facts the policy needs, read from a cgroup skb (data starts at the
- * network header): protocol, ECN codepoint, header length, wire cost. */
+ * network header): protocol, ECN codepoint, header length, wire cost.
+ * Include after vmlinux.h and bpf_helpers.h. */
 #ifndef HBM_PKT_H
 #define HBM_PKT_H
 
-#include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/in.h>
-#include <linux/ip.h>
-#include <linux/ipv6.h>
-#include <linux/tcp.h>
-#include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#define ETH_P_IP    0x0800
+#define ETH_P_IPV6  0x86DD
 #define ECN_MASK    3
 #define ECN_NOT_ECT 0
 #define ECN_CE      3
@@ -30,6 +26,7 @@ struct pkt {
 	__u8 is_tcp;
 	__u8 ecn;
 	__u8 tcp_flags;   /* TCP: header byte 13 (FIN 0x01 SYN 0x02 RST 0x04 PSH 0x08) */
+	__u8 pad;
 };
 
 #define TCPF_FIN 0x01

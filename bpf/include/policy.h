@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The policy: charge the packet to its group's virtual queue, then pass,
- * mark, return congestion or drop by how far the queue stands in time.
+/* The policy: charge the packet to each limited group's virtual queue on its
+ * socket's cgroup path, then pass, mark, return congestion or drop by how far
+ * the queue stands in time.
  *
  *   backlog <= mark             pass
  *   mark < backlog              ECT: CE. Non-ECT TCP (egress): congestion code
@@ -11,10 +12,15 @@
  * Never dropped: anything under HBM_F_NO_DROP; on egress, TCP flows with
  * fewer than min_inflight packets out (the probe timer would stall them); on
  * ingress, what rx_protected() spares (the receiver's proxy for the same
- * rule). Dropped packets are not charged.
+ * rule). Never marked: egress packets of a flow within its share, in
+ * bursts of up to 64 KB (flow_fresh: an RPC goes first, bulk yields).
+ * Dropped packets are not charged.
  *
- * Ingress can only signal the sender: no congestion code (the kernel ignores
- * bit 1 there), a drop is a real loss the sender must detect and repair. */
+ * Egress drops carry the congestion code: TCP learns of the drop at once and
+ * enters CWR; UDP sees ENOBUFS, which it hides from the sender unless
+ * IP_RECVERR, as for a qdisc drop. Ingress can only signal the sender: no
+ * congestion code (the kernel ignores bit 1 there), a drop is a real loss
+ * the sender must detect and repair. */
 #ifndef HBM_POLICY_H
 #define HBM_POLICY_H
 
@@ -22,30 +28,31 @@
 #include "maps.h"
 #include "pkt.h"
 #include "vqueue.h"
-#include "pacing.h"
+#include "share.h"
 
 /* Resolution of the cwr probability ramp. */
 #define CWR_RAMP_STEPS 1024
-
-/* tcp_protected reports whether dropping this egress TCP packet could leave
- * its flow with fewer than min_inflight packets out. */
-static __always_inline int tcp_protected(struct __sk_buff *skb, const struct hbm_config *cfg)
-{
-	struct bpf_sock *sk = skb->sk;
-	struct bpf_tcp_sock *tp;
-
-	if (!sk)
-		return 0;
-	sk = bpf_sk_fullsock(sk);
-	if (!sk)
-		return 0;
-	tp = bpf_tcp_sock(sk);
-	return tp && tp->packets_out < cfg->min_inflight;
-}
-
+/* The burst a flow within its share may send unmarked (and, idle, unpaced). */
+#define FRESH_BURST_BYTES (64 * 1024)
 /* How long an ingress hole may stay open before the flow may be dropped
  * from again (the sender gave up, or the retransmission went elsewhere). */
 #define RX_HOLE_TIMEOUT_NS 1000000000ULL
+
+/* What one packet brings to every level's decision, and what they decide.
+ * Scalars only: police_level is a global function, verified once. */
+struct verdict {
+	struct pkt p;
+	__u64 now;
+	__u64 want_Bps;     /* least share of the levels that assist (0: none) */
+	__u64 rate_Bps;     /* least limit of the levels, payload bytes/s (0: none) */
+	__u32 dir;
+	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
+	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
+	__u8 protected;     /* ingress: rx_protected() */
+	__u8 fresh;         /* egress: part of a fresh burst: never marked */
+	__u8 cn;            /* some level returned the congestion code */
+	__u8 drop;          /* some level dropped it */
+};
 
 /* rx_protected reports whether dropping this ingress TCP packet could leave
  * its sender unable to see the loss quickly, or repeat a loss it is already
@@ -59,47 +66,46 @@ static __always_inline int tcp_protected(struct __sk_buff *skb, const struct hbm
  *    rcv_nxt has not passed it. Its retransmission (and everything until it
  *    arrives) passes, so at most one loss per flow is outstanding and it is
  *    always followed by packets that reveal it (SACK, RACK). */
-static __always_inline int rx_protected(struct __sk_buff *skb, const struct pkt *p, __u64 now)
+static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock *tp,
+					struct hbm_sock *s, __u64 now)
 {
-	struct bpf_sock *sk = skb->sk;
-	struct bpf_tcp_sock *tp;
-	struct hbm_rx *rx;
-
 	if (!p->payload || (p->tcp_flags & (TCPF_PSH | TCPF_FIN | TCPF_SYN | TCPF_RST)))
 		return 1;
-	if (!sk)
+	if (!tp || !s || !s->hole_ns)
 		return 0;
-	sk = bpf_sk_fullsock(sk);
-	if (!sk)
-		return 0;
-	tp = bpf_tcp_sock(sk);
-	if (!tp)
-		return 0;
-	rx = bpf_sk_storage_get(&hbm_rx_map, sk, 0, 0);
-	if (!rx || !rx->hole_ns)
-		return 0;
-	if ((__s32)(tp->rcv_nxt - rx->hole_end) < 0 && now - rx->hole_ns < RX_HOLE_TIMEOUT_NS)
+	if ((__s32)(tp->rcv_nxt - s->hole_end) < 0 && now - s->hole_ns < RX_HOLE_TIMEOUT_NS)
 		return 1;
-	rx->hole_ns = 0; /* repaired (or given up on) */
+	s->hole_ns = 0; /* repaired (or given up on) */
 	return 0;
 }
 
-/* rx_hole records that this ingress TCP packet was dropped. */
-static __always_inline void rx_hole(struct __sk_buff *skb, const struct pkt *p, __u64 now)
+/* flow_fresh reports whether this egress TCP packet is part of a fresh
+ * burst: the first FRESH_BURST_BYTES a socket sends after everything it
+ * wrote was acked (pacing.h clears s->burst then), or after it was created,
+ * and only while the socket stays within its group's rate (a token bucket
+ * per socket at the least limit on its path, FRESH_BURST_BYTES deep): an
+ * RPC goes first, but a back-to-back RPC loop does not take more than its
+ * group's rate unmarked. */
+static __always_inline int flow_fresh(const struct pkt *p, struct hbm_sock *s, __u64 now)
 {
-	struct bpf_sock *sk = skb->sk;
-	struct hbm_rx *rx;
+	__u64 rate = s->rate_Bps, cost, depth;
+	int within;
 
-	if (!sk)
-		return;
-	sk = bpf_sk_fullsock(sk);
-	if (!sk)
-		return;
-	rx = bpf_sk_storage_get(&hbm_rx_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!rx)
-		return;
-	rx->hole_ns = now ? now : 1;
-	rx->hole_end = p->seq + p->payload;
+	if (!s->burst) {
+		s->burst = 1;
+		s->burst_end = p->seq + FRESH_BURST_BYTES;
+	}
+	if (!rate)
+		return 1; /* its first packet: no limit known yet */
+	cost = (__u64)p->payload * 1000000000ULL / rate;
+	depth = FRESH_BURST_BYTES * 1000000000ULL / rate;
+	if ((__s64)(s->vt_ns - (now - depth)) < 0)
+		s->vt_ns = now - depth; /* idle: at most a full bucket */
+	within = (__s64)(s->vt_ns + cost - now) <= 0;
+	s->vt_ns += cost;
+	if ((__s64)(s->vt_ns - (now + depth)) > 0)
+		s->vt_ns = now + depth; /* bounded debt */
+	return within && (__s32)(p->seq + p->payload - s->burst_end) <= 0;
 }
 
 /* cwr_roll draws the congestion code with probability (backlog - mark) /
@@ -114,80 +120,126 @@ static __always_inline int cwr_roll(const struct hbm_config *cfg, __s64 backlog)
 	return (bpf_get_prandom_u32() % CWR_RAMP_STEPS) < excess * CWR_RAMP_STEPS / span;
 }
 
-static __always_inline int hbm_police(struct __sk_buff *skb, __u64 cgroup_id, __u32 dir)
+/* sock_state returns the socket's assist state of direction dir, if it has one. */
+static __always_inline struct hbm_sock *sock_state(struct __sk_buff *skb, __u32 dir)
 {
-	struct hbm_key key = { .cgroup_id = cgroup_id, .dir = dir };
+	struct bpf_sock *sk = skb->sk;
+
+	if (!sk)
+		return NULL;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return NULL;
+	if (dir == HBM_DIR_INGRESS)
+		return bpf_sk_storage_get(&hbm_rx_map, sk, 0, 0);
+	return bpf_sk_storage_get(&hbm_flow_map, sk, 0, 0);
+}
+
+/* police_level applies the limit of group id (at cgroup level lvl) to the
+ * packet. It returns 1 if the packet is dropped. A global function: the
+ * verifier checks it once, not once per level of the caller's loop. */
+__noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, __u32 lvl)
+{
+	struct hbm_sock *s = NULL;
+	struct hbm_key key = { .cgroup_id = id };
 	const struct hbm_config *cfg;
 	struct hbm_stats *st;
 	struct hbm_queue *q;
-	struct pkt p;
 	__s64 backlog;
-	__u64 now, cost;
+	__u64 cost, share = 0;
 	__u32 frac;
 	int drop = 0, may_drop;
 
+	if (!v)
+		return 0;
+	key.dir = v->dir;
 	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
-	if (!cfg || (!cfg->ns_per_byte && !cfg->ns_per_byte_frac) || (cfg->flags & HBM_F_RELEASE))
-		return HBM_RET_PASS;
+	if (!cfg || (!cfg->ns_per_byte && !cfg->ns_per_byte_frac))
+		return 0;
 	if (!(cfg->flags & HBM_F_LOOPBACK) && skb->ifindex == LOOPBACK_IFINDEX)
-		return HBM_RET_PASS;
+		return 0;
 	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 	st = bpf_map_lookup_elem(&hbm_stats_map, &key);
 	if (!q || !st)
-		return HBM_RET_PASS;
+		return 0;
 
-	pkt_parse(skb, &p);
-	now = bpf_ktime_get_ns();
 	may_drop = !(cfg->flags & HBM_F_NO_DROP);
-	if (may_drop && p.is_tcp) {
-		if (dir == HBM_DIR_EGRESS && tcp_protected(skb, cfg))
+	if (may_drop && v->p.is_tcp) {
+		if (v->dir == HBM_DIR_EGRESS && v->packets_out < cfg->min_inflight)
 			may_drop = 0;
-		else if (dir == HBM_DIR_INGRESS && rx_protected(skb, &p, now))
+		else if (v->dir == HBM_DIR_INGRESS && v->protected)
 			may_drop = 0;
 	}
+	if ((cfg->flags & HBM_F_PACE) && v->counted)
+		s = sock_state(skb, v->dir);
 
 	bpf_spin_lock(&q->lock);
-	backlog = vq_clamp(q, cfg, now);
+	backlog = vq_clamp(q, cfg, v->now);
 	frac = q->frac;
-	cost = cost_ns(cfg, p.wire_bytes, &frac);
+	cost = cost_ns(cfg, v->p.wire_bytes, &frac);
 	backlog += cost;
 	if (may_drop && (backlog > (__s64)cfg->drop_small_ns ||
-			 (p.len >= cfg->small_pkt_bytes && backlog > (__s64)cfg->drop_large_ns))) {
+			 (v->p.len >= cfg->small_pkt_bytes && backlog > (__s64)cfg->drop_large_ns))) {
 		drop = 1;
 	} else {
 		q->vtime_ns += cost;
 		q->frac = frac;
-		pace_update(q, cfg, backlog, now, p.wire_bytes);
+		if (cfg->flags & HBM_F_PACE) {
+			if (v->fresh)
+				q->ctl_fresh += v->p.wire_bytes;
+			share_count(q, cfg, s, lvl, v->now);
+			share_update(q, cfg, &v->p, backlog, v->now);
+			share = q->share_Bps;
+		}
 	}
 	bpf_spin_unlock(&q->lock);
 
 	if (drop) {
-		st->dropped += p.segs;
-		st->dropped_bytes += p.wire_bytes;
-		if (dir == HBM_DIR_INGRESS) {
-			if (p.is_tcp)
-				rx_hole(skb, &p, now);
-			return HBM_RET_DROP;
-		}
-		/* Egress TCP learns of the drop at once and enters CWR. */
-		return p.is_tcp ? HBM_RET_DROP_CN : HBM_RET_DROP;
+		st->dropped += v->p.segs;
+		st->dropped_bytes += v->p.wire_bytes;
+		return 1;
 	}
-	st->packets += p.segs;
-	st->bytes += p.wire_bytes;
-	if (backlog <= (__s64)cfg->mark_ns)
-		return HBM_RET_PASS;
+	st->packets += v->p.segs;
+	st->bytes += v->p.wire_bytes;
+	if (share && (!v->want_Bps || share < v->want_Bps))
+		v->want_Bps = share;
+	if (!v->rate_Bps || cfg->rate_bps / 8 < v->rate_Bps)
+		v->rate_Bps = cfg->rate_bps / 8;
+	if (backlog <= (__s64)cfg->mark_ns || v->fresh)
+		return 0;
 
-	if (p.ecn != ECN_NOT_ECT) {
-		/* Already CE: the path upstream marked it; nothing to add. */
-		if (p.ecn != ECN_CE && bpf_skb_ecn_set_ce(skb))
-			st->marked += p.segs;
-		return HBM_RET_PASS;
+	if (v->p.ecn != ECN_NOT_ECT) {
+		/* Already CE: the path upstream (or a level above) marked it. */
+		if (v->p.ecn != ECN_CE && !bpf_skb_ecn_set_ce(skb))
+			return 0;
+		if (v->p.ecn != ECN_CE)
+			st->marked += v->p.segs;
+		v->p.ecn = ECN_CE;
+		return 0;
 	}
-	if (p.is_tcp && dir == HBM_DIR_EGRESS && cwr_roll(cfg, backlog)) {
+	if (v->p.is_tcp && v->dir == HBM_DIR_EGRESS && cwr_roll(cfg, backlog)) {
 		st->cwr++;
-		return HBM_RET_PASS_CN;
+		v->cn = 1;
 	}
-	return HBM_RET_PASS;
+	return 0;
+}
+
+/* police_path applies every limit on the socket's cgroup path, root first.
+ * A packet one level drops is not charged to the levels below it. */
+static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v)
+{
+	__u32 lvl;
+
+	for (lvl = 0; lvl < HBM_MAX_LEVELS; lvl++) {
+		__u64 id = bpf_skb_ancestor_cgroup_id(skb, lvl);
+
+		if (!id)
+			break; /* past the socket's own group */
+		if (police_level(skb, v, id, lvl)) {
+			v->drop = 1;
+			break;
+		}
+	}
 }
 
 #endif /* HBM_POLICY_H */

@@ -8,38 +8,29 @@
  * what overflows a switch buffer in an incast. The receiver controls one
  * thing the sender must obey: its advertised window.
  *
- * Control: the ingress program computes the group's per-flow rate pace_Bps
- * in the same RCP loop as egress pacing (pacing.h, pace_update on the
- * ingress queue). A sockops program on the group, called for every received
- * segment (BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG), clamps each socket's
- * receive window (TCP_WINDOW_CLAMP) to pace_Bps x the flow's RTT, and at
- * least RXWIN_MIN_MSS segments. A window clamp never retracts a window
- * already advertised; it stops it from opening further, so the clamp takes
- * hold within an RTT. Marks and drops stay as the backstop.
+ * Control: the ingress program writes each receiving socket's want (the
+ * least per-flow share of its limited groups, share.h) on every packet. This
+ * sockops program, called for received segments
+ * (BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG), clamps the socket's receive
+ * window (TCP_WINDOW_CLAMP) to want x the flow's RTT, and at least
+ * RXWIN_MIN_MSS segments. A window clamp never retracts a window already
+ * advertised; it stops it from opening further, so the clamp takes hold
+ * within an RTT. Marks and drops stay as the backstop.
  */
 #ifndef HBM_RXWIN_H
 #define HBM_RXWIN_H
 
-#include "hbm.h"
-#include "maps.h"
-#include "flow.h"
-#include "tcp.h"
+#include "assist.h"
 
-#ifndef SOL_TCP
-#define SOL_TCP 6
-#endif
-#define RXWIN_MIN_MSS        2      /* never clamp below this many segments */
-#define RXWIN_MIN_RTT_US     20     /* RTT floor of the window estimate */
+#define RXWIN_MIN_MSS    2  /* never clamp below this many segments */
+#define RXWIN_MIN_RTT_US 20 /* RTT floor of the window estimate */
 
-static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id, __u32 level)
+static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 {
-	struct hbm_key key = { .cgroup_id = cgroup_id, .dir = HBM_DIR_INGRESS };
-	const struct hbm_config *cfg;
-	struct hbm_queue *q;
-	struct hbm_rx *rx;
+	struct hbm_sock *s;
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;
-	__u64 c, rtt, win, mss, least, cur;
+	__u64 rtt, win, mss, cur;
 	__u32 val;
 
 	switch (skops->op) {
@@ -47,7 +38,7 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
 		/* Ask for a callback on every segment received. */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG);
-		break;
+		return 1;
 	case BPF_SOCK_OPS_PARSE_HDR_OPT_CB:
 		break;
 	default:
@@ -56,31 +47,13 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 	sk = skops->sk;
 	if (!sk)
 		return 1;
-	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
-	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
-	if (cfg && !(cfg->flags & HBM_F_LOOPBACK) && ops_local(skops))
-		return 1; /* not policed: its window is not clamped either */
-	if (!cfg || !q || !(cfg->flags & HBM_F_PACE) || (cfg->flags & HBM_F_RELEASE)) {
-		/* Clamped before (assist off, or the limit is going): lift it. */
-		rx = bpf_sk_storage_get(&hbm_rx_map, sk, 0, 0);
-		if (rx && rx->clamp) {
-			rx->level_Bps[level & (HBM_PACE_LEVELS - 1)] = 0;
-			val = RXWIN_MAX;
-			/* Another level still clamping sets its own on its callback. */
-			if (!rx_clamped(rx) &&
-			    !bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val)))
-				rx->clamp = 0;
-		}
+	s = bpf_sk_storage_get(&hbm_rx_map, sk, 0, 0);
+	if (!s)
+		return 1;
+	if (!s->want_Bps) {
+		clamp_lift(skops, s); /* the limit went, or never assisted */
 		return 1;
 	}
-	rx = bpf_sk_storage_get(&hbm_rx_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!rx)
-		return 1;
-	c = q->pace_Bps; /* racy read of one word: fine */
-	if (!c)
-		c = cfg->rate_bps / 8;
-	rx->level_Bps[level & (HBM_PACE_LEVELS - 1)] = c;
-	least = levels_least(rx->level_Bps, c);
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 1;
@@ -92,7 +65,7 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 	if (rtt < RXWIN_MIN_RTT_US)
 		rtt = RXWIN_MIN_RTT_US;
 	mss = skops->mss_cache ? skops->mss_cache : 1448;
-	win = least * rtt / 1000000;
+	win = s->want_Bps * rtt / 1000000;
 	if (win < RXWIN_MIN_MSS * mss)
 		win = RXWIN_MIN_MSS * mss;
 	if (win > RXWIN_MAX)
@@ -105,7 +78,7 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops, __u64 cgroup_id
 		return 1;
 	val = win;
 	if (!bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val)))
-		rx->clamp = val;
+		s->applied = val;
 	return 1;
 }
 

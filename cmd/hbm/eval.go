@@ -27,6 +27,8 @@ type evalFlags struct {
 	capture          bool
 	ccs, limiters    []string
 	duration, warmup time.Duration
+	runs             int
+	counts           []int
 }
 
 func newEvalCmd() *cobra.Command {
@@ -47,6 +49,7 @@ Needs root.`,
 		Example: `  hbm eval --list
   hbm eval egress-200m --quick
   hbm eval egress-1g incast --cc cubic,dctcp --limiter hbm,none --out /tmp/ev
+  hbm eval many-flows-200m --runs 3 --limiter hbm,htb,none
   hbm eval ./my-scenario.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.list {
@@ -62,6 +65,8 @@ Needs root.`,
 	fl.StringSliceVar(&f.limiters, "limiter", nil, "limiters to run instead of the scenarios' (hbm, htb, tbf, none)")
 	fl.DurationVar(&f.duration, "duration", 0, "measurement window per run instead of the scenarios'")
 	fl.DurationVar(&f.warmup, "warmup", 0, "warm-up per run instead of the scenarios'")
+	fl.IntSliceVar(&f.counts, "counts", nil, "flow counts to run instead of the scenarios' counts lists (e.g. 16 or 1,64)")
+	fl.IntVar(&f.runs, "runs", 1, "repeat every run N times and report medians with min-max (benchmarks: at least 3)")
 	fl.BoolVar(&f.list, "list", false, "list the built-in scenarios and exit")
 	fl.BoolVar(&f.capture, "capture", false, "keep a capture of each run's window (on the first flow's sender, headers only, at most 64 MB) in DIR/captures and chart it per round trip in report.html (see hbm analyze)")
 	return cmd
@@ -75,7 +80,11 @@ func listScenarios(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tRUNS\tDESCRIPTION")
 	for _, s := range ss {
-		fmt.Fprintf(tw, "%s\t%d x %d\t%s\n", s.Name, len(s.CCs), len(s.Limiters), s.Description)
+		runs := fmt.Sprintf("%d x %d", len(s.CCs), len(s.Limiters))
+		if vs := s.Variants(); len(vs) > 1 {
+			runs = fmt.Sprintf("%d x %d x %d", len(vs), len(s.CCs), len(s.Limiters))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, runs, s.Description)
 	}
 	return tw.Flush()
 }
@@ -93,6 +102,14 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	}
 	if f.duration < 0 || f.warmup < 0 {
 		return usagef("--duration and --warmup must not be negative")
+	}
+	if f.runs < 1 || f.runs > 100 {
+		return usagef("--runs: %d out of range 1..100", f.runs)
+	}
+	for _, n := range f.counts {
+		if n < 1 || n > eval.MaxCount {
+			return usagef("--counts: %d out of range 1..%d", n, eval.MaxCount)
+		}
 	}
 	scens, err := eval.Load(args)
 	if err != nil {
@@ -116,7 +133,7 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	ctx, cancel := signalContext()
 	defer cancel()
 	return evalAndReport(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), scens, eval.Options{
-		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup,
+		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup, Runs: f.runs, Counts: f.counts,
 		Log: cmd.ErrOrStderr(), Command: os.Args, Version: version, CaptureDir: captureDir,
 	}, out)
 }

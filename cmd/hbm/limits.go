@@ -119,6 +119,13 @@ low rates.`,
 			if err != nil {
 				return err
 			}
+			if err := dataplane.CheckGroup(g); err != nil {
+				return usageError{err}
+			}
+			changes := make([]dataplane.Change, len(wants))
+			for i, w := range wants {
+				changes[i] = dataplane.Change{Dir: w.d, Limit: &w.l}
+			}
 			if err := requireRoot(); err != nil {
 				return err
 			}
@@ -127,29 +134,11 @@ low rates.`,
 				return err
 			}
 			defer m.Close()
-			// What the group had, to put back if a later direction fails.
-			before := map[dataplane.Direction]*dataplane.Limit{}
-			if es, err := m.List(); err == nil {
-				for _, e := range es {
-					if e.CgroupID == g.ID {
-						l := e.Limit
-						before[e.Dir] = &l
-					}
-				}
-			}
-			for i, w := range wants {
-				if err := m.Set(g, w.d, w.l); err != nil {
-					for _, done := range wants[:i] {
-						if old := before[done.d]; old != nil {
-							m.Set(g, done.d, *old)
-						} else {
-							m.Unset(g, done.d)
-						}
-					}
-					return err
-				}
-			}
+			err = m.Apply(g, changes)
 			warn(m)
+			if err != nil {
+				return err
+			}
 			for _, w := range wants {
 				mode := ""
 				if w.l.NoDrop {
@@ -222,34 +211,23 @@ no limit named is set.`,
 				return err
 			}
 			defer m.Close()
-			es, err := m.List()
+			var changes []dataplane.Change
+			for _, d := range dirs {
+				if named || m.Limited(g, d) {
+					changes = append(changes, dataplane.Change{Dir: d})
+				}
+			}
+			if len(changes) == 0 {
+				return fmt.Errorf("%s: %w", g.Rel, dataplane.ErrNotFound)
+			}
+			err = m.Apply(g, changes)
+			warn(m)
 			if err != nil {
 				return err
 			}
-			set := map[dataplane.Direction]bool{}
-			for _, e := range es {
-				if e.CgroupID == g.ID {
-					set[e.Dir] = true
-				}
+			for _, c := range changes {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limit removed\n", g.Rel, c.Dir)
 			}
-			var todo []dataplane.Direction
-			for _, d := range dirs {
-				if set[d] {
-					todo = append(todo, d)
-				} else if named {
-					return fmt.Errorf("%s %v: %w", g.Rel, d, dataplane.ErrNotFound)
-				}
-			}
-			if len(todo) == 0 {
-				return fmt.Errorf("%s: %w", g.Rel, dataplane.ErrNotFound)
-			}
-			for _, d := range todo {
-				if err := m.Unset(g, d); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limit removed\n", g.Rel, d)
-			}
-			warn(m)
 			return nil
 		},
 	}
@@ -260,8 +238,9 @@ no limit named is set.`,
 
 // dirJSON is one direction of a limit in `hbm show --json`.
 type dirJSON struct {
-	RateBps uint64 `json:"rate_bps"`
-	NoDrop  bool   `json:"no_drop,omitempty"`
+	RateBps  uint64 `json:"rate_bps"`
+	NoDrop   bool   `json:"no_drop,omitempty"`
+	Enforced bool   `json:"enforced"` // false: set but not applied (see hbm show)
 	dataplane.Stats
 }
 
@@ -269,7 +248,8 @@ type dirJSON struct {
 type limitJSON struct {
 	Cgroup   string   `json:"cgroup"`
 	CgroupID uint64   `json:"cgroup_id"`
-	Removed  bool     `json:"removed,omitempty"`
+	Removed  bool     `json:"removed,omitempty"`    // the group is gone: hbm prune removes the limit
+	Unknown  bool     `json:"unresolved,omitempty"` // hbm could not find the group's path
 	Egress   *dirJSON `json:"egress"`
 	Ingress  *dirJSON `json:"ingress"`
 }
@@ -282,9 +262,9 @@ func groupEntries(es []dataplane.Entry) []limitJSON {
 		if !ok {
 			i = len(out)
 			idx[e.CgroupID] = i
-			out = append(out, limitJSON{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Cgroup == ""})
+			out = append(out, limitJSON{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Gone, Unknown: e.Cgroup == "" && !e.Gone})
 		}
-		d := &dirJSON{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Stats: e.Stats}
+		d := &dirJSON{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced, Stats: e.Stats}
 		if e.Dir == dataplane.Ingress {
 			out[i].Ingress = d
 		} else {
@@ -342,13 +322,20 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\t")
+	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tENFORCED\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\t")
 	for _, e := range es {
 		name := e.Cgroup
-		if name == "" {
+		switch {
+		case e.Gone:
 			name = fmt.Sprintf("(removed, id %d)", e.CgroupID)
+		case name == "":
+			name = fmt.Sprintf("(unresolved, id %d)", e.CgroupID)
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate,
+		enf := "yes"
+		if !e.Enforced {
+			enf = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate, enf,
 			e.Stats.Bytes, e.Stats.Packets, e.Stats.Marked, e.Stats.CWR, e.Stats.Dropped, e.Stats.DroppedBytes)
 	}
 	return tw.Flush()
@@ -373,6 +360,7 @@ prune does it on demand.`,
 			}
 			defer m.Close()
 			gone, err := m.Prune()
+			warn(m)
 			for _, e := range gone {
 				fmt.Fprintf(cmd.OutOrStdout(), "removed %v limit of removed cgroup id %d\n", e.Dir, e.CgroupID)
 			}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cc"
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/rate"
 	"github.com/hbm-dev/hbm/internal/testbed"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -63,9 +64,19 @@ func newWorkloadServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// UDP flows count on the same port number.
+			pc, err := net.ListenPacket("udp", ln.Addr().String())
+			if err != nil {
+				ln.Close()
+				return fmt.Errorf("udp sink: %w", err)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "listening %s\n", ln.Addr())
 			s := &workload.Server{Delay: delay}
-			return s.Serve(ctx, ln)
+			udpDone := make(chan error, 1)
+			go func() { udpDone <- s.ServeUDP(ctx, pc) }()
+			err = s.Serve(ctx, ln)
+			pc.Close()
+			return errors.Join(err, <-udpDone)
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "[::]:5201", "address:port to listen on ([::] is IPv4 and IPv6)")
@@ -77,6 +88,7 @@ func newWorkloadRunCmd() *cobra.Command {
 	var (
 		cfg                workload.Config
 		rpcSize, replySize string
+		udpRate, udpSize   string
 		asJSON, script     bool
 	)
 	cmd := &cobra.Command{
@@ -100,6 +112,16 @@ once connected.`,
 			}
 			if cfg.Addr == "" {
 				return usagef("--connect is required")
+			}
+			if cfg.UDP > 0 {
+				r, err := rate.Parse(udpRate)
+				if err != nil {
+					return usagef("--udp-rate: %v", err)
+				}
+				cfg.UDPRate = float64(r)
+				if cfg.UDPSize, err = workload.ParseSize(udpSize); err != nil {
+					return usagef("--udp-size: %v", err)
+				}
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -139,6 +161,9 @@ once connected.`,
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measurement window")
 	f.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "traffic before the window")
 	f.StringVar(&cfg.CC, "cc", "", "TCP congestion control of every socket (default: the system's)")
+	f.IntVar(&cfg.UDP, "udp", 0, "UDP sockets sending paced datagrams (send errors are counted, not fatal)")
+	f.StringVar(&udpRate, "udp-rate", "100mbit", "UDP payload rate offered, all UDP sockets together")
+	f.StringVar(&udpSize, "udp-size", strconv.Itoa(workload.DefaultUDPSize), "UDP datagram payload size")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&script, "script", false, "take measurement windows from stdin (see above)")
 	f.BoolVar(&cfg.Hist, "hist", false, "include the RPC latency histogram in the JSON result (to merge clients)")
@@ -150,6 +175,10 @@ func printResult(w io.Writer, r *workload.Result) {
 	fmt.Fprintf(w, "goodput %.1f Mbit/s (%s side; sender %.1f), total with RPC %.1f Mbit/s\n",
 		r.Goodput/1e6, r.Source, r.SenderGoodput/1e6, r.TotalGoodput/1e6)
 	fmt.Fprintf(w, "retransmits %d, CE echoed %d, srtt mean %.0f us max %.0f us, cwnd mean %.1f\n", r.Retransmits, r.DeliveredCE, r.RTT, r.RTTMax, r.Cwnd)
+	if r.UDP > 0 {
+		fmt.Fprintf(w, "udp %d sockets x %d B: offered %.1f Mbit/s, sent %.1f Mbit/s, %d send errors%s, received %.1f Mbit/s (%d datagrams)\n",
+			r.UDP, r.UDPSize, r.UDPOffered/1e6, r.UDPSent/1e6, r.UDPSendErrors, ifErr(r.UDPSendError), r.UDPGoodput/1e6, r.UDPDatagrams)
+	}
 	if r.RPCs > 0 {
 		l := r.RPC
 		fmt.Fprintf(w, "rpc %d B: %d done, p50 %.0f p90 %.0f p99 %.0f p99.9 %.0f max %.0f us (stuck %.0f us)\n",
@@ -528,4 +557,11 @@ func firstLine(s string, n int) string {
 		s = s[:n] + "..."
 	}
 	return s
+}
+
+func ifErr(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (first: " + s + ")"
 }

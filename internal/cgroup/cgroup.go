@@ -97,15 +97,32 @@ func unescapeMountinfo(s string) string {
 	return b.String()
 }
 
+// ErrRootSpelling is returned for a path that names the root group in any
+// other way than "/": an empty string (an unset shell variable), ".", "a/..",
+// the mount point itself. A limit on the root group limits the whole host, so
+// only the explicit spelling may ask for it.
+var ErrRootSpelling = errors.New(`names the root group (the whole host): write "/" to mean it`)
+
+// ErrRemoved means the group an id named was removed.
+var ErrRemoved = errors.New("cgroup removed")
+
 // Resolve turns a user-supplied path into a Group. The path is either an
 // absolute path under the cgroup2 mount or a path relative to the mount
-// ("/" and "" are the root group, "/a/b" and "a/b" the same group).
+// ("/a/b" and "a/b" the same group). Only "/" is the root group.
 func Resolve(path string) (Group, error) {
 	mnt, err := Mount()
 	if err != nil {
 		return Group{}, err
 	}
-	return resolveUnder(mnt, path)
+	return resolveUser(mnt, path)
+}
+
+func resolveUser(mnt, path string) (Group, error) {
+	g, err := resolveUnder(mnt, path)
+	if err == nil && g.Rel == "/" && path != "/" {
+		return Group{}, fmt.Errorf("cgroup path %q %w", path, ErrRootSpelling)
+	}
+	return g, err
 }
 
 func resolveUnder(mnt, path string) (Group, error) {
@@ -169,7 +186,7 @@ func PathOf(id uint64) (Group, error) {
 		return Group{}, fmt.Errorf("cgroup id %d: %w", id, err)
 	}
 	if strings.HasSuffix(dir, " (deleted)") {
-		return Group{}, fmt.Errorf("cgroup id %d: removed", id)
+		return Group{}, fmt.Errorf("cgroup id %d: %w", id, ErrRemoved)
 	}
 	return resolveUnder(mnt, dir)
 }

@@ -1,9 +1,12 @@
-// Package dataplane loads, attaches and pins HBM's BPF programs and keeps the
-// state of every limit: one pinned program link per (cgroup, direction) and
-// three pinned maps shared by all of them (see bpf/include/hbm.h).
+// Package dataplane owns HBM's BPF data plane and every change to it: the
+// programs (loaded once per build and pinned), the pinned maps keyed by
+// (cgroup id, direction), and the attachments. A Manager is a handle on the
+// pin directory, holding its lock; Apply is the transaction the CLI (and an
+// agent) calls: it validates, changes, and rolls back on failure.
 //
-// Everything lives under a pin directory (DefaultPinDir) so that limits
-// outlive the CLI; a Manager is a handle on that directory, holding its lock.
+// Every change of several steps is journaled first (state.go, hbm_txn_map),
+// so a Manager opened after a killed one finishes or undoes it, and at every
+// step a limited group stays limited.
 package dataplane
 
 import (
@@ -15,115 +18,49 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
+	"syscall"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
-	"github.com/hbm-dev/hbm/internal/rate"
 )
-
-// DefaultPinDir is where HBM pins its state.
-const DefaultPinDir = "/sys/fs/bpf/hbm"
-
-// Direction is the traffic direction a limit applies to.
-type Direction uint32
-
-const (
-	Egress  Direction = 0 // HBM_DIR_EGRESS
-	Ingress Direction = 1 // HBM_DIR_INGRESS
-)
-
-func (d Direction) String() string {
-	switch d {
-	case Egress:
-		return "egress"
-	case Ingress:
-		return "ingress"
-	}
-	return "direction(" + strconv.Itoa(int(d)) + ")"
-}
-
-// Limit is what a user sets on one direction of one group.
-type Limit struct {
-	Rate       rate.Rate
-	Thresholds rate.Thresholds // zero value: rate.Default(Rate)
-	Loopback   bool            // police loopback traffic too
-	NoDrop     bool            // mark only, never drop
-	NoPace     bool            // no pacing assist: police only (the seed's behaviour)
-	// MinInflight overrides the default protection of TCP flows with few
-	// packets out (0: DefaultMinInflight). For experiments.
-	MinInflight uint32
-}
-
-// Policy constants of the data plane, outside the user's Limit.
-const (
-	// SmallPacketBytes: packets below it (SYN, pure ACK, small RPC headers)
-	// are dropped only past the small-packet threshold.
-	SmallPacketBytes = 120
-	// DefaultMinInflight: an egress TCP flow with fewer packets out is never
-	// dropped, or it would wait for its probe timer.
-	DefaultMinInflight = 2
-)
-
-// Stats are a limit's counters, summed over CPUs.
-type Stats struct {
-	Bytes        uint64 `json:"bytes"`
-	Packets      uint64 `json:"packets"`
-	Marked       uint64 `json:"marked"`
-	CWR          uint64 `json:"cwr"`
-	Dropped      uint64 `json:"dropped"`
-	DroppedBytes uint64 `json:"dropped_bytes"`
-}
-
-// Entry is one limit as found in the pinned state.
-type Entry struct {
-	CgroupID uint64
-	Cgroup   string // path relative to the cgroup2 mount; "" if the group is gone
-	Dir      Direction
-	Limit    Limit
-	Stats    Stats
-}
 
 // Manager is a handle on HBM's pinned state, holding its lock.
 type Manager struct {
 	// Warnings collects what went wrong without failing the operation.
 	Warnings []string
 
-	dir    string
-	lock   *os.File
-	limits *ebpf.Map
-	queues *ebpf.Map
-	stats  *ebpf.Map
-	flows  *ebpf.Map // pacing assist's per-socket state (sk_storage)
-	rx     *ebpf.Map // ingress per-socket state (sk_storage)
+	dir   string
+	mount string // the cgroup2 mount
+	lock  *os.File
+	st    *state
+	progs *hbmPrograms // loaded on first use
+	steps int          // change steps done, for the kill tests (step)
 }
-
-const (
-	mapLimits = "hbm_limit_map"
-	mapQueues = "hbm_queue_map"
-	mapStats  = "hbm_stats_map"
-	mapFlows  = "hbm_flow_map"
-	mapRx     = "hbm_rx_map"
-	linksDir  = "links"
-)
 
 // ErrNotFound means no limit is set for that group and direction.
 var ErrNotFound = errors.New("no limit set")
 
-// Open opens (creating if needed) the pinned state under dir, mounting bpffs
-// on dir's parent if nothing is mounted there, and takes dir's lock so that
-// concurrent hbm invocations apply one at a time.
+// Open opens (creating if needed) the pinned state under dir, takes its lock
+// so that concurrent hbm invocations apply one at a time, and repairs what
+// a killed hbm left half done.
 func Open(dir string) (*Manager, error) {
-	if err := ensureBPFFS(filepath.Dir(dir)); err != nil {
+	if err := ensureBPFFS(dir); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(dir, linksDir), 0o700); err != nil {
 		return nil, fmt.Errorf("create pin directory %s: %w", dir, err)
 	}
-	return open(dir, unix.LOCK_EX, true)
+	m, err := open(dir, unix.LOCK_EX, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.repair(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("finish the change a killed hbm left: %w", err)
+	}
+	return m, nil
 }
 
 // OpenReadOnly opens existing state for reading, sharing the lock with other
@@ -135,101 +72,30 @@ func OpenReadOnly(dir string) (*Manager, error) {
 	return open(dir, unix.LOCK_SH, false)
 }
 
-// noLimits reports whether no limit is attached under dir.
-func noLimits(dir string) bool {
-	links, err := os.ReadDir(filepath.Join(dir, linksDir))
-	return err == nil && len(links) == 0
-}
-
-// Pinned reports whether HBM state was ever pinned under dir.
-func Pinned(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, mapLimits))
-	return err == nil
-}
-
 func open(dir string, how int, create bool) (*Manager, error) {
-	lock, err := os.Open(dir)
+	mnt, err := cgroup.Mount()
 	if err != nil {
-		return nil, fmt.Errorf("open pin directory: %w", err)
+		return nil, err
 	}
-	if err := flock(lock, how); err != nil {
+	lock, err := lockDir(dir, how)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openState(dir, create)
+	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	m := &Manager{dir: dir, lock: lock}
-	spec, err := loadEgress()
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("load embedded BPF object: %w", err)
-	}
-	for name, dst := range map[string]**ebpf.Map{mapLimits: &m.limits, mapQueues: &m.queues, mapStats: &m.stats, mapFlows: &m.flows, mapRx: &m.rx} {
-		ms := spec.Maps[name].Copy()
-		var mp *ebpf.Map
-		if create {
-			ms.Pinning = ebpf.PinByName
-			mp, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
-			if errors.Is(err, ebpf.ErrMapIncompatible) && noLimits(dir) {
-				// Left by another hbm version with no limit set: nothing
-				// depends on it, so replace it.
-				os.Remove(filepath.Join(dir, name))
-				mp, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
-			}
-		} else {
-			mp, err = ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
-		}
-		if err != nil {
-			m.Close()
-			if errors.Is(err, ebpf.ErrMapIncompatible) {
-				return nil, fmt.Errorf("map %s pinned in %s is from an incompatible hbm version: %w (remove the old limits first)", name, dir, err)
-			}
-			return nil, fmt.Errorf("open map %s in %s: %w", name, dir, err)
-		}
-		*dst = mp
-	}
-	return m, nil
+	return &Manager{dir: dir, mount: mnt, lock: lock, st: st}, nil
 }
 
-// flock takes the lock, waiting at most 10 s for another hbm to finish.
-func flock(f *os.File, how int) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("lock %s: %w", f.Name(), err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("lock %s: another hbm has held it for 10s", f.Name())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// ensureBPFFS mounts bpffs at dir unless one is there, and checks it is writable.
-func ensureBPFFS(dir string) error {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
-		return fmt.Errorf("bpffs: statfs %s: %w", dir, err)
-	}
-	if fs.Type != unix.BPF_FS_MAGIC {
-		if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-			return fmt.Errorf("bpffs not mounted at %s and mounting it failed: %w", dir, err)
-		}
-	}
-	if err := unix.Access(dir, unix.W_OK); err != nil {
-		return fmt.Errorf("bpffs at %s is not writable: %w", dir, err)
-	}
-	return nil
-}
-
-// Close releases the maps and the lock. Pinned state stays.
+// Close releases the maps, programs and the lock. Pinned state stays.
 func (m *Manager) Close() error {
-	for _, mp := range []*ebpf.Map{m.limits, m.queues, m.stats, m.flows, m.rx} {
-		if mp != nil {
-			mp.Close()
-		}
+	if m.progs != nil {
+		m.progs.Close()
+	}
+	if m.st != nil {
+		m.st.close()
 	}
 	if m.lock != nil {
 		return m.lock.Close()
@@ -237,316 +103,303 @@ func (m *Manager) Close() error {
 	return nil
 }
 
-func (m *Manager) linkPath(id uint64, d Direction) string {
-	return filepath.Join(m.dir, linksDir, fmt.Sprintf("%d-%s", id, d))
-}
+// stopAfterEnv names the test-only variable that kills hbm (SIGKILL) after
+// its Nth change step, for the kill tests.
+const stopAfterEnv = "HBM_TEST_STOP_AFTER"
 
-func key(id uint64, d Direction) egressHbmKey { return egressHbmKey{CgroupId: id, Dir: uint32(d)} }
-
-// config turns a Limit on direction d into the data plane's configuration.
-func config(d Direction, l Limit) (egressHbmConfig, error) {
-	if l.Rate < rate.Min || l.Rate > rate.Max {
-		return egressHbmConfig{}, fmt.Errorf("rate %v out of range [%v, %v]", l.Rate, rate.Min, rate.Max)
-	}
-	th := l.Thresholds
-	if th == (rate.Thresholds{}) {
-		th = rate.Default(l.Rate)
-	}
-	if err := th.Validate(); err != nil {
-		return egressHbmConfig{}, err
-	}
-	whole, frac := l.Rate.NsPerByte()
-	c := egressHbmConfig{
-		RateBps:       uint64(l.Rate),
-		NsPerByte:     whole,
-		NsPerByteFrac: frac,
-		BurstNs:       uint64(th.Burst),
-		MarkNs:        uint64(th.Mark),
-		DropLargeNs:   uint64(th.DropLarge),
-		DropSmallNs:   uint64(th.DropSmall),
-		MaxBacklogNs:  uint64(th.MaxBacklog),
-		SmallPktBytes: SmallPacketBytes,
-		MinInflight:   DefaultMinInflight,
-		PaceTargetNs:  int64(th.Pace),
-	}
-	if l.MinInflight != 0 {
-		c.MinInflight = l.MinInflight
-	}
-	if l.Loopback {
-		c.Flags |= flagLoopback
-	}
-	if l.NoDrop {
-		c.Flags |= flagNoDrop
-	}
-	if !l.NoPace {
-		c.Flags |= flagPace // egress: pacing assist; ingress: receive-window assist
-	}
-	return c, nil
-}
-
-const (
-	flagLoopback = 1 << 0 // HBM_F_LOOPBACK
-	flagNoDrop   = 1 << 1 // HBM_F_NO_DROP
-	flagPace     = 1 << 2 // HBM_F_PACE
-	flagRelease  = 1 << 3 // HBM_F_RELEASE
-)
-
-func limitOf(c egressHbmConfig) Limit {
-	return Limit{
-		Rate: rate.Rate(c.RateBps),
-		Thresholds: rate.Thresholds{
-			Burst:      time.Duration(c.BurstNs),
-			Pace:       time.Duration(c.PaceTargetNs),
-			Mark:       time.Duration(c.MarkNs),
-			DropLarge:  time.Duration(c.DropLargeNs),
-			DropSmall:  time.Duration(c.DropSmallNs),
-			MaxBacklog: time.Duration(c.MaxBacklogNs),
-		},
-		Loopback: c.Flags&flagLoopback != 0,
-		NoDrop:   c.Flags&flagNoDrop != 0,
-		NoPace:   c.Flags&flagPace == 0,
+// step marks the end of one change step.
+func (m *Manager) step(what string) {
+	m.steps++
+	if n, err := strconv.Atoi(os.Getenv(stopAfterEnv)); err == nil && n == m.steps {
+		fmt.Fprintf(os.Stderr, "hbm: %s=%d: killed after step %d (%s)\n", stopAfterEnv, n, n, what)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
 	}
 }
 
-// Set limits direction d of group g. On a group already limited it changes
-// the configuration in place: the program stays attached and the queue and
-// counters carry on. On a new group the configuration is written before the
-// program is attached, so no packet passes unlimited.
-func (m *Manager) Set(g cgroup.Group, d Direction, l Limit) error {
-	if d != Egress && d != Ingress {
-		return fmt.Errorf("unknown direction %v", d)
+// Change is one direction of what Apply makes of a group: a limit, or none.
+type Change struct {
+	Dir   Direction
+	Limit *Limit // nil: remove the limit
+}
+
+// CheckGroup refuses groups a limit cannot be set on.
+func CheckGroup(g cgroup.Group) error {
+	if depth := strings.Count(strings.Trim(g.Rel, "/"), "/") + 1; g.Rel != "/" && depth > MaxLevel {
+		return fmt.Errorf("%s is %d levels deep: hbm limits groups at most %d levels deep", g, depth, MaxLevel)
 	}
-	cfg, err := config(d, l)
-	if err != nil {
+	return nil
+}
+
+// Apply makes each direction named in changes of group g as asked, all or
+// nothing: if one fails, the ones done are put back as they were. A removal
+// of a direction that has no limit is ErrNotFound, checked before anything
+// changes.
+func (m *Manager) Apply(g cgroup.Group, changes []Change) error {
+	if err := CheckGroup(g); err != nil {
 		return err
 	}
-	k := key(g.ID, d)
-	lp := m.linkPath(g.ID, d)
-	if _, err := os.Stat(lp); err == nil {
-		if err := m.checkLink(lp); err == nil {
-			if err := m.limits.Update(&k, &cfg, ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("update limit of %s: %w", g, err)
+	before := map[Direction]*Limit{}
+	for _, c := range changes {
+		if c.Dir != Egress && c.Dir != Ingress {
+			return fmt.Errorf("unknown direction %v", c.Dir)
+		}
+		if c.Limit != nil {
+			if err := c.Limit.Validate(); err != nil {
+				return fmt.Errorf("%v: %w", c.Dir, err)
 			}
-			return nil
 		}
-		// A link whose group was removed and recreated under the same id
-		// cannot happen (ids are not reused); a defunct one is replaced.
-		m.remove(g.ID, d)
-	}
-	m.gc()
-
-	zeroStats := make([]egressHbmStats, ebpf.MustPossibleCPU())
-	if err := m.stats.Update(&k, zeroStats, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("create counters for %s: %w", g, err)
-	}
-	if err := m.queues.Update(&k, &egressHbmQueue{}, ebpf.UpdateAny); err != nil {
-		m.remove(g.ID, d)
-		return fmt.Errorf("create queue for %s: %w", g, err)
-	}
-	if err := m.limits.Update(&k, &cfg, ebpf.UpdateAny); err != nil {
-		m.remove(g.ID, d)
-		return fmt.Errorf("write limit for %s: %w", g, err)
-	}
-	if err := m.attach(g, d, lp); err != nil {
-		m.remove(g.ID, d)
-		return err
-	}
-	if l.NoPace {
-		return nil
-	}
-	// Connections opened before the limit get the assist too. Without it
-	// they are still limited, by marks and drops only: not fatal.
-	if _, _, err := m.walkSockets(g, d, false); err != nil {
-		m.Warnings = append(m.Warnings, fmt.Sprintf("existing connections of %s %v not assisted: %v", g, d, err))
-	}
-	return nil
-}
-
-// attach loads an instance of direction d's program for g and attaches it
-// with a link pinned at lp (egress: with its pacing assist's sockops program,
-// pinned at lp-sockops).
-func (m *Manager) attach(g cgroup.Group, d Direction, lp string) error {
-	load, prog, hook := loadEgress, "hbm_egress", ebpf.AttachCGroupInetEgress
-	if d == Ingress {
-		load, prog, hook = loadIngress, "hbm_ingress", ebpf.AttachCGroupInetIngress
-	}
-	spec, err := load()
-	if err != nil {
-		return fmt.Errorf("load embedded BPF object: %w", err)
-	}
-	if err := spec.Variables["hbm_cgroup_id"].Set(g.ID); err != nil {
-		return fmt.Errorf("set program constant: %w", err)
-	}
-	if err := spec.Variables["hbm_cgroup_level"].Set(level(g)); err != nil {
-		return fmt.Errorf("set program constant: %w", err)
-	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		MapReplacements: m.shared(spec),
-	})
-	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("kernel rejected the %v program: %+v", d, ve)
-		}
-		return fmt.Errorf("load %v program: %w", d, err)
-	}
-	defer coll.Close()
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: g.Dir, Attach: hook, Program: coll.Programs[prog]})
-	if err != nil {
-		return fmt.Errorf("attach %v program to %s: %w", d, g.Dir, err)
-	}
-	defer l.Close()
-	if err := l.Pin(lp); err != nil {
-		return fmt.Errorf("pin link for %s at %s: %w", g, lp, err)
-	}
-	sp := coll.Programs["hbm_sockops"]
-	if d == Ingress {
-		sp = coll.Programs["hbm_rx_sockops"]
-	}
-	if sp == nil {
-		return nil
-	}
-	sl, err := link.AttachCgroup(link.CgroupOptions{Path: g.Dir, Attach: ebpf.AttachCGroupSockOps, Program: sp})
-	if err != nil {
-		return fmt.Errorf("attach sockops program to %s: %w", g.Dir, err)
-	}
-	defer sl.Close()
-	if err := sl.Pin(lp + "-sockops"); err != nil {
-		return fmt.Errorf("pin link: %w", err)
-	}
-	return nil
-}
-
-// shared returns the pinned maps that spec's object declares, by name.
-func (m *Manager) shared(spec *ebpf.CollectionSpec) map[string]*ebpf.Map {
-	all := map[string]*ebpf.Map{mapLimits: m.limits, mapQueues: m.queues, mapStats: m.stats, mapFlows: m.flows, mapRx: m.rx}
-	out := map[string]*ebpf.Map{}
-	for name, mp := range all {
-		if _, ok := spec.Maps[name]; ok {
-			out[name] = mp
+		var cur hbmHbmConfig
+		k := key(g.ID, c.Dir)
+		if err := m.st.limits.Lookup(&k, &cur); err == nil {
+			l := limitOf(cur)
+			before[c.Dir] = &l
+		} else if c.Limit == nil && !m.hasLink(g.ID, c.Dir) {
+			return fmt.Errorf("%s %v: %w", g, c.Dir, ErrNotFound)
 		}
 	}
-	return out
-}
-
-// checkLink reports whether the pinned link at lp is still attached to a group.
-func (m *Manager) checkLink(lp string) error {
-	l, err := link.LoadPinnedLink(lp, nil)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	info, err := l.Info()
-	if err != nil {
-		return err
-	}
-	if cg := info.Cgroup(); cg == nil || cg.CgroupId == 0 {
-		return errors.New("link is defunct: its cgroup was removed")
-	}
-	return nil
-}
-
-// Unset removes the limit on direction d of g and everything it pinned.
-func (m *Manager) Unset(g cgroup.Group, d Direction) error {
-	k := key(g.ID, d)
-	var c egressHbmConfig
-	_, statErr := os.Stat(m.linkPath(g.ID, d))
-	if err := m.limits.Lookup(&k, &c); err != nil && statErr != nil {
-		return fmt.Errorf("%s %v: %w", g, d, ErrNotFound)
-	}
-	m.release(g, d, k, c)
-	if err := m.remove(g.ID, d); err != nil {
-		return err
-	}
-	m.gc()
-	return nil
-}
-
-// release turns an assisted limit into a pass-through, then lifts what its
-// assist set on sockets before the links go: the egress pacing caps or the
-// ingress receive-window clamps. The socket walker reaches idle sockets too;
-// a socket in a namespace no process of the group uses any more keeps its
-// last cap or clamp until it closes (or, if it is active, until its next
-// ACK or segment runs the releasing sockops program).
-func (m *Manager) release(g cgroup.Group, d Direction, k egressHbmKey, c egressHbmConfig) {
-	if c.Flags&flagPace == 0 {
-		return
-	}
-	c.Flags |= flagRelease
-	if err := m.limits.Update(&k, &c, ebpf.UpdateExist); err != nil {
-		return
-	}
-	if _, _, err := m.walkSockets(g, d, true); err != nil {
-		m.Warnings = append(m.Warnings, fmt.Sprintf("%v assists of %s not all lifted: %v", d, g, err))
-	}
-}
-
-// remove detaches and unpins the link of (id, d), then deletes its map
-// entries. Detaching first means no packet sees a half-removed limit.
-func (m *Manager) remove(id uint64, d Direction) error {
-	lp := m.linkPath(id, d)
-	if l, err := link.LoadPinnedLink(lp, nil); err == nil {
-		err = l.Unpin()
-		l.Close()
-		if err != nil {
-			return fmt.Errorf("unpin %s: %w", lp, err)
+	for i, c := range changes {
+		var err error
+		if c.Limit != nil {
+			err = m.set(g, c.Dir, *c.Limit)
+		} else {
+			err = m.unset(g, c.Dir)
 		}
-	} else if _, statErr := os.Stat(lp); statErr == nil {
-		if err := os.Remove(lp); err != nil {
-			return fmt.Errorf("remove %s: %w", lp, err)
-		}
-	}
-	if l, err := link.LoadPinnedLink(lp+"-sockops", nil); err == nil {
-		l.Unpin()
-		l.Close()
-	}
-	k := key(id, d)
-	for _, mp := range []*ebpf.Map{m.limits, m.queues, m.stats} {
-		if err := mp.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete state of cgroup id %d %v: %w", id, d, err)
-		}
-	}
-	return nil
-}
-
-// gc removes the limits of groups that no longer exist.
-func (m *Manager) gc() { m.Prune() }
-
-// Prune removes the limits of groups that no longer exist and returns them.
-func (m *Manager) Prune() ([]Entry, error) {
-	entries, err := m.List()
-	if err != nil {
-		return nil, err
-	}
-	var gone []Entry
-	for _, e := range entries {
-		if e.Cgroup != "" {
+		if err == nil {
 			continue
 		}
-		if err := m.remove(e.CgroupID, e.Dir); err != nil {
-			return gone, err
+		for _, done := range changes[:i] {
+			if old := before[done.Dir]; old != nil {
+				m.set(g, done.Dir, *old)
+			} else {
+				m.unset(g, done.Dir)
+			}
 		}
-		gone = append(gone, e)
+		return err
 	}
-	return gone, nil
+	return nil
 }
 
-// List returns every limit, sorted by cgroup path then direction.
+// Set limits direction d of group g (Apply with one change).
+func (m *Manager) Set(g cgroup.Group, d Direction, l Limit) error {
+	return m.Apply(g, []Change{{Dir: d, Limit: &l}})
+}
+
+// Unset removes the limit on direction d of g (Apply with one change).
+func (m *Manager) Unset(g cgroup.Group, d Direction) error {
+	return m.Apply(g, []Change{{Dir: d}})
+}
+
+// set limits direction d of g. On a group already limited it changes the
+// configuration in place: one map update; the queue and counters carry on.
+// On a new group the configuration is written before the program serves
+// it, so no packet passes unlimited.
+func (m *Manager) set(g cgroup.Group, d Direction, l Limit) error {
+	cfg, err := config(l)
+	if err != nil {
+		return err
+	}
+	k := key(g.ID, d)
+	var cur hbmHbmConfig
+	if m.st.limits.Lookup(&k, &cur) == nil && m.coveredBy(g, d) != 0 {
+		if err := m.st.limits.Update(&k, &cfg, ebpf.UpdateExist); err != nil {
+			return fmt.Errorf("update limit of %s: %w", g, err)
+		}
+		return nil
+	}
+	if err := m.begin(txnSet, g, d); err != nil {
+		return err
+	}
+	if err := m.create(g, d, cfg); err != nil {
+		m.remove(g, d)
+		m.end()
+		return err
+	}
+	if err := m.cover(g, d); err != nil {
+		m.remove(g, d)
+		m.end()
+		return err
+	}
+	if !l.NoPace {
+		// Connections opened before the limit get the assist too. Without
+		// it they are still limited, by marks and drops only: not fatal.
+		if _, _, err := m.walkSockets(g, d, false); err != nil {
+			m.warn("existing connections of %s %v not assisted: %v", g, d, err)
+		}
+		m.step("walked sockets")
+	}
+	return m.end()
+}
+
+// create writes the counters, queue and configuration of (g, d), the
+// configuration last: a packet that finds it finds the rest.
+func (m *Manager) create(g cgroup.Group, d Direction, cfg hbmHbmConfig) error {
+	k := key(g.ID, d)
+	zeroStats := make([]hbmHbmStats, ebpf.MustPossibleCPU())
+	if err := m.st.stats.Update(&k, zeroStats, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("create counters for %s: %w", g, err)
+	}
+	if err := m.st.queues.Update(&k, &hbmHbmQueue{}, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return fmt.Errorf("create queue for %s: %w", g, err)
+	}
+	if err := m.st.limits.Update(&k, &cfg, ebpf.UpdateAny); err != nil {
+		if errors.Is(err, unix.E2BIG) {
+			return fmt.Errorf("write limit for %s: hbm holds at most %d limits: %w", g, m.st.limits.MaxEntries(), err)
+		}
+		return fmt.Errorf("write limit for %s: %w", g, err)
+	}
+	m.step("wrote limit")
+	return nil
+}
+
+// unset removes the limit on direction d of g and everything it pinned.
+func (m *Manager) unset(g cgroup.Group, d Direction) error {
+	if err := m.begin(txnUnset, g, d); err != nil {
+		return err
+	}
+	if err := m.remove(g, d); err != nil {
+		return err
+	}
+	return m.end()
+}
+
+// remove takes (g, d)'s limit away in the order that keeps every other limit
+// served: the configuration first (the programs stop applying it), then, if
+// g's attachment served groups below it, theirs are made; then g's links go;
+// then the assist's marks on g's sockets are lifted (idle ones included);
+// then the queue and counters. Every step may be repeated.
+func (m *Manager) remove(g cgroup.Group, d Direction) error {
+	k := key(g.ID, d)
+	if err := m.st.limits.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete limit of %s %v: %w", g, d, err)
+	}
+	m.step("deleted limit")
+	if g.Dir != "" && m.hasLink(g.ID, d) {
+		if err := m.uncover(g, d); err != nil {
+			return err
+		}
+	}
+	if err := m.detach(g.ID, d); err != nil {
+		return err
+	}
+	if g.Dir != "" {
+		if _, _, err := m.walkSockets(g, d, true); err != nil {
+			m.warn("%v assists of %s not all lifted: %v", d, g, err)
+		}
+		m.step("released sockets")
+	}
+	for _, mp := range []*ebpf.Map{m.st.queues, m.st.stats} {
+		if err := mp.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete state of %s %v: %w", g, d, err)
+		}
+	}
+	m.step("deleted queue")
+	return nil
+}
+
+func (m *Manager) warn(format string, args ...any) {
+	m.Warnings = append(m.Warnings, fmt.Sprintf(format, args...))
+}
+
+// begin journals a change of (g, d) before its first step.
+func (m *Manager) begin(op txnOp, g cgroup.Group, d Direction) error {
+	e := txnEntry{Op: op, Dir: uint32(d), ID: g.ID}
+	copy(e.Rel[:], g.Rel)
+	zero := uint32(0)
+	if err := m.st.txn.Put(&zero, &e); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	m.step("journaled")
+	return nil
+}
+
+// end clears the journal after a change's last step.
+func (m *Manager) end() error {
+	zero := uint32(0)
+	if err := m.st.txn.Put(&zero, &txnEntry{}); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	m.step("done")
+	return nil
+}
+
+// repair finishes or undoes the change a killed hbm journaled: a set whose
+// limit was written is finished (attached); one whose limit was not is
+// undone; an unset is finished.
+func (m *Manager) repair() error {
+	var e txnEntry
+	zero := uint32(0)
+	if err := m.st.txn.Lookup(&zero, &e); err != nil || e.Op == txnNone {
+		return nil
+	}
+	d := Direction(e.Dir)
+	rel := string(e.Rel[:])
+	if i := strings.IndexByte(rel, 0); i >= 0 {
+		rel = rel[:i]
+	}
+	g, err := cgroup.Resolve(rel)
+	if err != nil || g.ID != e.ID {
+		g = cgroup.Group{ID: e.ID, Rel: fmt.Sprintf("(removed, id %d)", e.ID)} // gone: only its state is left
+	}
+	switch {
+	case e.Op == txnSet && g.Dir != "" && m.limited(g.ID, d):
+		if err := m.cover(g, d); err != nil {
+			return err
+		}
+		var c hbmHbmConfig
+		k := key(g.ID, d)
+		if m.st.limits.Lookup(&k, &c) == nil && c.Flags&hbmHbmFlagsHBM_F_PACE != 0 {
+			if _, _, err := m.walkSockets(g, d, false); err != nil {
+				m.warn("existing connections of %s %v not assisted: %v", g, d, err)
+			}
+		}
+	default:
+		if err := m.remove(g, d); err != nil {
+			return err
+		}
+	}
+	m.warn("finished the %s of %s %v that an earlier hbm left half done", map[txnOp]string{txnSet: "set", txnUnset: "unset"}[e.Op], g, d)
+	return m.end()
+}
+
+// Entry is one limit as found in the pinned state.
+type Entry struct {
+	CgroupID uint64
+	Cgroup   string // path relative to the cgroup2 mount; "" if not known
+	// Gone: the group was removed (proved by its link, or by the kernel
+	// refusing its id as stale), so Prune may remove the limit.
+	Gone bool
+	// Enforced: the limit has its queue and an attachment serves it (its
+	// group's or an ancestor's). False only after a failure hbm could not
+	// repair; hbm show says so.
+	Enforced bool
+	Dir      Direction
+	Limit    Limit
+	Stats    Stats
+}
+
+// List returns every limit, sorted by cgroup path then direction. Groups are
+// found by walking the cgroup2 tree (no capability beyond reading it), then,
+// for ids not found there, through their file handles.
 func (m *Manager) List() ([]Entry, error) {
 	var (
-		k   egressHbmKey
-		c   egressHbmConfig
+		k   hbmHbmKey
+		c   hbmHbmConfig
 		out []Entry
 	)
-	it := m.limits.Iterate()
+	paths := cgroupPaths(m.mount)
+	it := m.st.limits.Iterate()
 	for it.Next(&k, &c) {
 		st, err := m.readStats(k)
 		if err != nil {
 			return nil, err
 		}
 		e := Entry{CgroupID: k.CgroupId, Dir: Direction(k.Dir), Limit: limitOf(c), Stats: st}
-		if g, err := cgroup.PathOf(k.CgroupId); err == nil {
-			e.Cgroup = g.Rel
+		e.Cgroup, e.Gone = m.resolve(k.CgroupId, e.Dir, paths)
+		if e.Cgroup != "" {
+			var q hbmHbmQueue
+			g := cgroup.Group{Dir: filepath.Join(m.mount, e.Cgroup), Rel: e.Cgroup, ID: k.CgroupId}
+			e.Enforced = m.st.queues.Lookup(&k, &q) == nil && m.coveredBy(g, e.Dir) != 0
 		}
 		out = append(out, e)
 	}
@@ -557,9 +410,36 @@ func (m *Manager) List() ([]Entry, error) {
 	return out, nil
 }
 
-func (m *Manager) readStats(k egressHbmKey) (Stats, error) {
-	var per []egressHbmStats
-	if err := m.stats.Lookup(&k, &per); err != nil {
+// resolve finds the path of group id, and whether it is certainly gone.
+func (m *Manager) resolve(id uint64, d Direction, paths map[uint64]string) (rel string, gone bool) {
+	if rel, ok := paths[id]; ok {
+		return rel, false
+	}
+	if m.linkGone(id, d) {
+		return "", true
+	}
+	g, err := cgroup.PathOf(id)
+	if err == nil {
+		return g.Rel, false
+	}
+	return "", errors.Is(err, unix.ESTALE) || errors.Is(err, cgroup.ErrRemoved)
+}
+
+// cgroupPaths maps the id of every group under the cgroup2 mount to its path.
+func cgroupPaths(mnt string) map[uint64]string {
+	out := map[uint64]string{}
+	root := cgroup.Group{Dir: mnt, Rel: "/", ID: dirID(mnt)}
+	out[root.ID] = "/"
+	(&Manager{}).walkBelow(root, func(g cgroup.Group) (bool, error) {
+		out[g.ID] = g.Rel
+		return false, nil
+	})
+	return out
+}
+
+func (m *Manager) readStats(k hbmHbmKey) (Stats, error) {
+	var per []hbmHbmStats
+	if err := m.st.stats.Lookup(&k, &per); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return Stats{}, nil
 		}
@@ -577,9 +457,30 @@ func (m *Manager) readStats(k egressHbmKey) (Stats, error) {
 	return s, nil
 }
 
+// Prune removes the limits of groups that certainly no longer exist, and
+// returns them. A group hbm cannot resolve is kept.
+func (m *Manager) Prune() ([]Entry, error) {
+	entries, err := m.List()
+	if err != nil {
+		return nil, err
+	}
+	var gone []Entry
+	for _, e := range entries {
+		if !e.Gone {
+			continue
+		}
+		g := cgroup.Group{ID: e.CgroupID, Rel: fmt.Sprintf("(removed, id %d)", e.CgroupID)}
+		if err := m.unset(g, e.Dir); err != nil {
+			return gone, err
+		}
+		gone = append(gone, e)
+	}
+	return gone, nil
+}
+
 func sortEntries(es []Entry) {
 	slices.SortFunc(es, func(a, b Entry) int {
-		// Removed groups ("") sort last.
+		// Groups without a known path sort last.
 		return cmp.Or(
 			compareBool(a.Cgroup == "", b.Cgroup == ""),
 			strings.Compare(a.Cgroup, b.Cgroup),
@@ -596,4 +497,10 @@ func compareBool(a, b bool) int {
 		return 1
 	}
 	return -1
+}
+
+// Limited reports whether direction d of g has a limit (or the remains of
+// one: an attachment without it).
+func (m *Manager) Limited(g cgroup.Group, d Direction) bool {
+	return m.limited(g.ID, d) || m.hasLink(g.ID, d)
 }

@@ -122,14 +122,14 @@ func TestIngressGROCost(t *testing.T) {
 // does not touch ingress packets, and ingress charges only its own key.
 func TestIngressIndependentOfEgress(t *testing.T) {
 	h := newHarnessDir(t, Ingress, limit1G)
-	ek := key(testCgroupID, Egress)
+	ek := key(testCgroupID(t), Egress)
 	must(t, h.limits.Put(&ek, &h.cfg))
-	must(t, h.queues.Put(&ek, &egressHbmQueue{VtimeNs: monoNow() + uint64(time.Hour)}))
+	must(t, h.queues.Put(&ek, &hbmHbmQueue{VtimeNs: monoNow() + uint64(time.Hour)}))
 	h.setBacklog(0)
 	if ret, out := h.run(ipv4(unix.IPPROTO_TCP, ecnECT0, tcpSeg(1448)), 0, 0); ret != retPass || ecnOf(out) != ecnECT0 {
 		t.Fatalf("verdict %d ecn %d: the egress backlog leaked into ingress", ret, ecnOf(out))
 	}
-	var q egressHbmQueue
+	var q hbmHbmQueue
 	must(t, h.queues.Lookup(&ek, &q))
 	if q.VtimeNs < monoNow()+uint64(59*time.Minute) {
 		t.Fatal("ingress packet moved the egress queue")

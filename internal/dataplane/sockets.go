@@ -12,43 +12,35 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 )
 
-// walkSockets runs the socket iterator (bpf/sockets.bpf.c) over the TCP
-// sockets of group g in every network namespace its processes use, plus
-// hbm's own. With release false it turns on the sockops callback direction
-// d's assist needs (egress: every ACK; ingress: every segment) for sockets
-// connected before the limit; with release true it lifts what g's level set
-// (egress: the pacing cap; ingress: the receive-window clamp). It returns how
-// many sockets of g it saw and changed.
+// walkSockets runs the socket walker (bpf/include/sockets.h) over the TCP
+// sockets of group g and its descendants in every network namespace their
+// processes use, plus hbm's own. With release false it turns on the sockops
+// callback direction d's assist needs for sockets connected before the
+// limit; with release true it lifts what the assist set (egress: the pacing
+// cap; ingress: the window clamp). It returns how many sockets of g it saw
+// and changed. A group without processes has no sockets to walk... except
+// ones its processes left behind in hbm's namespace, which the walk of hbm's
+// own namespace still reaches.
 func (m *Manager) walkSockets(g cgroup.Group, d Direction, release bool) (seen, changed uint64, err error) {
-	spec, err := loadSockets()
+	p, err := m.programs()
 	if err != nil {
-		return 0, 0, fmt.Errorf("load embedded socket walker: %w", err)
+		return 0, 0, err
 	}
-	rel := uint32(0)
+	w := hbmHbmWalk{CgroupId: g.ID, Dir: hbmHbmDir(d)}
 	if release {
-		rel = 1
+		w.Release = 1
 	}
-	vars := map[string]any{"hbm_cgroup_id": g.ID, "hbm_cgroup_level": level(g), "hbm_release": rel, "hbm_dir": uint32(d)}
-	for name, v := range vars {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return 0, 0, fmt.Errorf("set %s: %w", name, err)
-		}
+	zero := uint32(0)
+	if err := m.st.walk.Put(&zero, &w); err != nil {
+		return 0, 0, fmt.Errorf("socket walker parameters: %w", err)
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{mapFlows: m.flows, mapRx: m.rx},
-	})
-	if err != nil {
-		return 0, 0, fmt.Errorf("load socket walker: %w", err)
-	}
-	defer coll.Close()
-	it, err := link.AttachIter(link.IterOptions{Program: coll.Programs["hbm_sockets"]})
+	it, err := link.AttachIter(link.IterOptions{Program: p.HbmSockets})
 	if err != nil {
 		return 0, 0, fmt.Errorf("attach socket iterator: %w", err)
 	}
@@ -60,17 +52,10 @@ func (m *Manager) walkSockets(g cgroup.Group, d Direction, release bool) (seen, 
 			errs = append(errs, fmt.Errorf("netns %s: %w", ns, err))
 		}
 	}
-	if v := coll.Variables["seen"]; v != nil {
-		v.Get(&seen)
+	if err := m.st.walk.Lookup(&zero, &w); err != nil {
+		errs = append(errs, fmt.Errorf("socket walker results: %w", err))
 	}
-	if v := coll.Variables["changed"]; v != nil {
-		v.Get(&changed)
-	}
-	return seen, changed, errors.Join(errs...)
-}
-
-func level(g cgroup.Group) uint32 {
-	return uint32(strings.Count(strings.TrimSuffix(g.Rel, "/"), "/"))
+	return w.Seen, w.Changed, errors.Join(errs...)
 }
 
 // drain runs the iterator to its end in the calling thread's netns.

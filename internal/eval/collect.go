@@ -96,9 +96,12 @@ type progStats struct {
 }
 
 // readProgStats sums the stats of the programs behind the links pinned in
-// pinDir/links (cgroup_skb and sockops), when bpf stats are enabled.
+// pinDir/links (cgroup_skb and sockops), when bpf stats are enabled. One
+// program serves every group, so each is counted once however many links
+// it has.
 func readProgStats(pinDir string) progStats {
 	var ps progStats
+	seen := map[ebpf.ProgramID]bool{}
 	dir := filepath.Join(pinDir, "links")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -111,9 +114,10 @@ func readProgStats(pinDir string) progStats {
 		}
 		info, err := l.Info()
 		l.Close()
-		if err != nil {
+		if err != nil || seen[info.Program] {
 			continue
 		}
+		seen[info.Program] = true
 		prog, err := ebpf.NewProgramFromID(info.Program)
 		if err != nil {
 			continue
@@ -173,4 +177,25 @@ func hbmCounters(h testbed.HBM) (map[string]testbed.Counters, error) {
 		}
 	}
 	return out, nil
+}
+
+// readTxBytes is the tx_bytes counter of device dev in namespace ns (as
+// /sys/class/net/DEV/statistics/tx_bytes there: for a veth, whole frames,
+// Ethernet header included).
+func readTxBytes(ns, dev string) (uint64, error) {
+	nh, h, err := nsHandle(ns)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	defer nh.Close()
+	l, err := nh.LinkByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("%s in %s: %w", dev, ns, err)
+	}
+	st := l.Attrs().Statistics
+	if st == nil {
+		return 0, fmt.Errorf("%s in %s: no statistics", dev, ns)
+	}
+	return st.TxBytes, nil
 }

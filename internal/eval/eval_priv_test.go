@@ -163,3 +163,132 @@ func assertClean(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// privEval runs scenario name (quick, cubic, 2 s windows) with the given
+// limiters, counts and repetitions and returns its runs, after checking the
+// eval cleaned up.
+func privEval(t *testing.T, name string, limiters []string, counts []int, runs int) []result.Run {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: needs root, namespaces and BPF")
+	}
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "ip")
+	testutil.RequireCommand(t, "tc")
+	bin := testutil.HBMBinary(t)
+	if _, err := cgroup.Mount(); err != nil {
+		testutil.Missing(t, "cgroup2", err)
+	}
+	scens, err := Load([]string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var log strings.Builder
+	res, err := Run(ctx, scens, Options{
+		Bin: bin, Quick: true, CCs: []string{"cubic"}, Limiters: limiters, Counts: counts, Runs: runs,
+		Duration: 2 * time.Second, Warmup: time.Second, Log: &log,
+	})
+	t.Logf("eval:\n%s", log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t)
+	if len(res.Runs) != len(limiters) {
+		t.Fatalf("%d runs, want %d", len(res.Runs), len(limiters))
+	}
+	for i, run := range res.Runs {
+		if run.Limiter != limiters[i] || run.Skipped != "" || run.Error != "" {
+			t.Fatalf("run %d: %s skipped %q error %q", i, run.Limiter, run.Skipped, run.Error)
+		}
+	}
+	return res.Runs
+}
+
+func classOf(run *result.Run, kind string) *result.Class {
+	for i := range run.Classes {
+		if run.Classes[i].Kind == kind {
+			return &run.Classes[i]
+		}
+	}
+	return nil
+}
+
+// TestEvalUDPFlood: a UDP flood at 10x the limit. Under htb the receiver
+// gets about the limit and the sender sees no error; unlimited it gets far
+// more. Under hbm the run must complete whatever the data plane does, with
+// its send errors counted (today's hbm returns EPERM).
+func TestEvalUDPFlood(t *testing.T) {
+	runs := privEval(t, "udp-flood", []string{"hbm", "htb", "none"}, nil, 1)
+	for i := range runs {
+		run := &runs[i]
+		u := classOf(run, "udp")
+		if u == nil || len(run.Groups) != 1 {
+			t.Fatalf("%s: classes %+v", run.Limiter, run.Classes)
+		}
+		g := run.Groups[0]
+		recv := u.GoodputBps / 200e6
+		t.Logf("%s: offered %.0f sent %.0f received %.0f Mbit/s (%.2f of the limit), wire %.0f Mbit/s share %.2f, %d send errors %q",
+			run.Limiter, u.OfferedBps/1e6, u.SentBps/1e6, u.GoodputBps/1e6, recv, g.TxBps/1e6, g.Share, u.SendErrors, u.SendError)
+		if (u.SendErrors > 0) != (u.SendError != "") || u.SentBps > u.OfferedBps*1.01 || u.Datagrams == 0 {
+			t.Errorf("%s: inconsistent UDP figures %+v", run.Limiter, *u)
+		}
+		if g.TxBps <= 0 {
+			t.Errorf("%s: no interface rate", run.Limiter)
+		}
+		switch run.Limiter {
+		case "htb":
+			if u.SendErrors != 0 {
+				t.Errorf("htb: %d send errors (%s): a qdisc drop must be silent", u.SendErrors, u.SendError)
+			}
+			if recv < 0.6 || recv > 1.05 || g.Share < 0.85 || g.Share > 1.05 || g.LimitBps != 200e6 {
+				t.Errorf("htb: received %.2f of the limit, wire share %.2f", recv, g.Share)
+			}
+		case "none":
+			if u.SendErrors != 0 || recv < 1.5 || g.Share != 0 || g.LimitBps != 0 {
+				t.Errorf("none: received %.2f of the (absent) limit, %d send errors, share %.2f", recv, u.SendErrors, g.Share)
+			}
+		}
+	}
+}
+
+// TestEvalManyFlows: 16 streams and a 10 KB RPC loop in one group, twice
+// each: htb holds the limit on the wire, none does not, and the run is the
+// median of its two repetitions.
+func TestEvalManyFlows(t *testing.T) {
+	runs := privEval(t, "many-flows-200m", []string{"htb", "none"}, []int{16}, 2)
+	for i := range runs {
+		run := &runs[i]
+		st, rpc := classOf(run, "stream"), classOf(run, "rpc")
+		if run.Variant != "stream=16" || st == nil || st.Flows != 16 || rpc == nil || rpc.Latency == nil || rpc.Latency.Count == 0 {
+			t.Fatalf("%s: variant %q classes %+v", run.Limiter, run.Variant, run.Classes)
+		}
+		if len(run.Repetitions) != 2 {
+			t.Fatalf("%s: %d repetitions, want 2", run.Limiter, len(run.Repetitions))
+		}
+		g := run.Groups[0]
+		t.Logf("%s: goodput %.0f Mbit/s, wire %.0f Mbit/s share %.2f, 10 KB P50 %.0fus P99 %.0fus",
+			run.Limiter, g.GoodputBps/1e6, g.TxBps/1e6, g.Share, rpc.Latency.P50, rpc.Latency.P99)
+		var shares []float64
+		for _, r := range run.Repetitions {
+			shares = append(shares, r.Groups[0].Share)
+		}
+		if m := result.Median(shares); g.Share != m {
+			t.Errorf("%s: share %.3f, want the median %.3f of %v", run.Limiter, g.Share, m, shares)
+		}
+		switch run.Limiter {
+		case "htb":
+			if g.Share < 0.85 || g.Share > 1.05 {
+				t.Errorf("htb: wire share %.2f with 16 streams, want 0.85..1.05", g.Share)
+			}
+			if s := run.Stat("groups/work/share"); s == nil || s.N != 2 || s.Min > s.Median || s.Max < s.Median {
+				t.Errorf("htb: spread of the share %+v", s)
+			}
+		case "none":
+			if g.TxBps < 2*200e6 || g.Share != 0 {
+				t.Errorf("none: wire %.0f Mbit/s share %.2f, want well above 200 and no share", g.TxBps/1e6, g.Share)
+			}
+		}
+	}
+}

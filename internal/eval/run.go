@@ -42,6 +42,13 @@ type Options struct {
 	CCs, Limiters []string
 	// Duration and Warmup, when set, replace every scenario's.
 	Duration, Warmup time.Duration
+	// Counts, when set, replaces the list of every scenario's counts flow
+	// (scenarios without one are unaffected).
+	Counts []int
+	// Runs repeats every run this many times (0 or 1: once); the results
+	// then hold the medians, the spread and every repetition
+	// (result.Aggregate).
+	Runs int
 	// PinDir is the bpffs directory of the eval's HBM state; "" means a
 	// private /sys/fs/bpf/hbm-eval-<pid>, removed at the end. A user's
 	// limits are never touched.
@@ -108,11 +115,20 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 	type plan struct {
 		s                *Scenario
 		ccs, lims        []string
+		variants         []Variant
 		duration, warmup time.Duration
 	}
 	var plans []plan
 	for _, s := range scens {
 		p := plan{s: s, ccs: s.CCs, lims: s.Limiters, duration: s.DurationD, warmup: s.WarmupD}
+		var counts []int
+		if o.Quick && len(s.Quick.Counts) > 0 {
+			counts = s.Quick.Counts
+		}
+		if len(o.Counts) > 0 {
+			counts = o.Counts
+		}
+		p.variants = s.VariantsWith(counts)
 		if o.Quick {
 			p.duration, p.warmup = s.Quick.DurationD, s.Quick.WarmupD
 			if len(s.Quick.CCs) > 0 {
@@ -139,7 +155,7 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 			p.warmup = o.Warmup
 		}
 		plans = append(plans, p)
-		r.total += len(p.ccs) * len(p.lims)
+		r.total += len(p.variants) * len(p.ccs) * len(p.lims) * r.reps()
 	}
 	var runErr error
 	for _, p := range plans {
@@ -147,7 +163,7 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 			runErr = ctx.Err()
 			break
 		}
-		runs := r.scenario(ctx, p.s, p.ccs, p.lims, p.duration, p.warmup)
+		runs := r.scenario(ctx, p.s, p.variants, p.ccs, p.lims, p.duration, p.warmup)
 		for i := range runs {
 			if statsNote != "" && runs[i].Limiter == "hbm" {
 				runs[i].Notes = append(runs[i].Notes, statsNote)
@@ -177,6 +193,9 @@ func execLookPath(name string) (string, error) {
 	return "", fmt.Errorf("%s: not in PATH", name)
 }
 
+// reps is how many times each run is repeated.
+func (r *runner) reps() int { return max(r.o.Runs, 1) }
+
 // endpoint is a workload server: the destination of the flows of one source
 // group (so each source group has ports of its own, which the tc limiters
 // classify on).
@@ -186,13 +205,15 @@ type endpoint struct {
 }
 
 // scenario builds s's topology and runs its matrix.
-func (r *runner) scenario(ctx context.Context, s *Scenario, ccs, lims []string, dur, warm time.Duration) []result.Run {
+func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, ccs, lims []string, dur, warm time.Duration) []result.Run {
 	var runs []result.Run
 	fail := func(err error) []result.Run {
-		for _, cc := range ccs {
-			for _, l := range lims {
-				runs = append(runs, result.Run{Scenario: s.Name, CC: cc, Limiter: l, Error: err.Error()})
-				r.done++
+		for _, v := range variants {
+			for _, cc := range ccs {
+				for _, l := range lims {
+					runs = append(runs, result.Run{Scenario: s.Name, Variant: v.Label, CC: cc, Limiter: l, Error: err.Error()})
+					r.done += r.reps()
+				}
 			}
 		}
 		r.logf("%s: %v", s.Name, err)
@@ -231,17 +252,53 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, ccs, lims []string, 
 		notes = append(notes, note)
 		r.logf("%s: %s", s.Name, note)
 	}
-	for _, cc := range ccs {
-		for _, lim := range lims {
+	// Variants outermost (a count's runs together), then congestion
+	// controls; the repetitions of one cc take turns over the limiters, so
+	// that drift on the machine spreads over all of them alike.
+	for _, v := range variants {
+		if v.Flow >= 0 {
+			orig := s.Flows[v.Flow].Count
+			s.Flows[v.Flow].Count = v.Count
+			defer func() { s.Flows[v.Flow].Count = orig }()
+		}
+		for _, cc := range ccs {
+			reps := make([][]result.Run, len(lims))
+			for k := 0; k < r.reps() && ctx.Err() == nil; k++ {
+				for li, lim := range lims {
+					if ctx.Err() != nil {
+						break
+					}
+					if k > 0 && reps[li][0].Skipped != "" {
+						r.done++ // skipped once, skipped always
+						continue
+					}
+					run := r.runOne(ctx, t, eps, cc, lim, dur, warm)
+					run.Variant = v.Label
+					run.Notes = append(slices.Clone(notes), run.Notes...)
+					report.Diagnose(&run)
+					r.done++
+					rep := ""
+					if r.reps() > 1 {
+						rep = fmt.Sprintf(" (repetition %d/%d)", k+1, r.reps())
+					}
+					r.logf("[%d/%d] %s%s", r.done, r.total, runLine(&run), rep)
+					reps[li] = append(reps[li], run)
+				}
+			}
+			for li := range lims {
+				if len(reps[li]) == 0 {
+					continue
+				}
+				agg := result.Aggregate(reps[li])
+				if len(reps[li]) > 1 {
+					report.Diagnose(&agg)
+					r.logf("median of %d: %s", len(reps[li]), runLine(&agg))
+				}
+				runs = append(runs, agg)
+			}
 			if ctx.Err() != nil {
 				return runs
 			}
-			run := r.runOne(ctx, t, eps, cc, lim, dur, warm)
-			run.Notes = append(slices.Clone(notes), run.Notes...)
-			report.Diagnose(&run)
-			r.done++
-			r.logf("[%d/%d] %s", r.done, r.total, runLine(&run))
-			runs = append(runs, run)
 		}
 	}
 	return runs
@@ -318,9 +375,13 @@ func (t *topology) startClient(fl *Flow, src string, ep *endpoint, cc string, li
 	l := s.linkBetween(srcHost, dstHost)
 	addr := fmt.Sprintf("%s:%d", t.hosts[dstHost].addr[l.Name], ep.port)
 	args := []string{"workload", "run", "--connect", addr, "--duration", life.String(), "--script", "--hist", "--warmup", "0s"}
-	if fl.Kind == "stream" {
+	switch fl.Kind {
+	case "stream":
 		args = append(args, "--streams", strconv.Itoa(fl.Count), "--rpc", "0")
-	} else {
+	case "udp":
+		args = append(args, "--streams", "0", "--rpc", "0", "--udp", strconv.Itoa(fl.Count),
+			"--udp-rate", strconv.FormatUint(fl.RateBps, 10)+"bit", "--udp-size", strconv.Itoa(fl.SizeBytes))
+	default:
 		args = append(args, "--streams", "0", "--rpc", strconv.Itoa(fl.Count),
 			"--rpc-size", strconv.Itoa(fl.SizeBytes), "--reply-size", strconv.Itoa(fl.ReplyBytes))
 	}
@@ -425,7 +486,12 @@ func stopAll(cs []*client) {
 
 // window opens a measurement window on every client, waits d and collects
 // each client's result.
-func window(ctx context.Context, cs []*client, d time.Duration) ([]*workload.Result, error) {
+// atBegin and atEnd (if not nil) run just before the window opens and just
+// after it closes, for counters read on the same interval.
+func window(ctx context.Context, cs []*client, d time.Duration, atBegin, atEnd func()) ([]*workload.Result, error) {
+	if atBegin != nil {
+		atBegin()
+	}
 	for _, c := range cs {
 		if err := c.send("begin w"); err != nil {
 			return nil, err
@@ -434,6 +500,9 @@ func window(ctx context.Context, cs []*client, d time.Duration) ([]*workload.Res
 	werr := workload.SleepCtx(ctx, d)
 	for _, c := range cs {
 		c.send("end")
+	}
+	if atEnd != nil {
+		atEnd()
 	}
 	if werr != nil {
 		return nil, werr
@@ -478,7 +547,7 @@ func (r *runner) calibrate(ctx context.Context, t *topology, eps []*endpoint, c 
 		return 0, "", fmt.Errorf("calibration client: %q %v", line, err)
 	}
 	workload.SleepCtx(ctx, time.Second)
-	rs, err := window(ctx, []*client{cl}, 2*time.Second)
+	rs, err := window(ctx, []*client{cl}, 2*time.Second, nil, nil)
 	if err != nil {
 		return 0, "", err
 	}
@@ -566,7 +635,22 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	defer stopCapture()
 	t0 := time.Now()
 
-	results, err := window(ctx, cs, dur)
+	txDevs := senderDevs(t, eps)
+	tx0, tx1 := map[devKey]uint64{}, map[devKey]uint64{}
+	var tx0At, tx1At time.Time
+	readTx := func(into map[devKey]uint64, at *time.Time) func() {
+		return func() {
+			for _, ds := range txDevs {
+				for _, k := range ds {
+					if n, err := readTxBytes(k.ns, k.dev); err == nil {
+						into[k] = n
+					}
+				}
+			}
+			*at = time.Now()
+		}
+	}
+	results, err := window(ctx, cs, dur, readTx(tx0, &tx0At), readTx(tx1, &tx1At))
 	stopCapture()
 	t1 := time.Now()
 	cpu1 := readCPU()
@@ -614,11 +698,20 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		fl := &s.Flows[i]
 		rs := bySrc[fl]
 		cl := result.Class{Name: fl.Name, Group: s.ClassGroup(fl), Kind: fl.Kind, Flows: fl.Count * len(fl.From)}
-		if fl.Kind == "rpc" {
+		if fl.Kind == "rpc" || fl.Kind == "udp" {
 			cl.SizeBytes = fl.SizeBytes
 		}
 		var rtt float64
 		for _, wr := range rs {
+			if fl.Kind == "udp" {
+				cl.OfferedBps += wr.UDPOffered
+				cl.SentBps += wr.UDPSent
+				cl.SendErrors += wr.UDPSendErrors
+				cl.Datagrams += wr.UDPDatagrams
+				if cl.SendError == "" {
+					cl.SendError = wr.UDPSendError
+				}
+			}
 			cl.GoodputBps += wr.TotalGoodput
 			cl.RPCs += wr.RPC.Count
 			cl.Retransmits += wr.Retransmits
@@ -662,6 +755,24 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 				grp.LimitBps = c.IngressBps
 			}
 		}
+		if ds, ok := txDevs[g]; ok && grp.Dir == "egress" {
+			var sum uint64
+			all := true
+			for _, k := range ds {
+				a, okA := tx0[k]
+				b, okB := tx1[k]
+				all = all && okA && okB
+				sum += b - a
+			}
+			if secs := tx1At.Sub(tx0At).Seconds(); all && secs > 0 {
+				grp.TxBps = float64(sum) * 8 / secs
+				if grp.LimitBps > 0 {
+					grp.Share = grp.TxBps / float64(grp.LimitBps)
+				}
+			} else {
+				run.Notes = append(run.Notes, fmt.Sprintf("%s: interface counters unreadable, no share of the limit", g))
+			}
+		}
 		if lim == "hbm" {
 			k := t.cgRoot + "/" + g + "/" + grp.Dir
 			if a, ok := hbm1[k]; ok {
@@ -677,6 +788,42 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		run.BPF = bpfCost(prog0, prog1, wall, wireBps)
 	}
 	return run
+}
+
+type devKey struct{ ns, dev string }
+
+// senderDevs maps each cgroup with an egress limit to the interfaces its
+// flows leave through, if it is the only group sending through them (so
+// their tx_bytes are its traffic: a share of its limit can be read there).
+func senderDevs(t *topology, eps []*endpoint) map[string][]devKey {
+	s := t.s
+	out := map[string][]devKey{}
+	for _, c := range s.Cgroups {
+		if c.EgressBps == 0 {
+			continue
+		}
+		var ports []int
+		var devs []devKey
+		for _, ep := range eps {
+			if ep.src != c.Name {
+				continue
+			}
+			ports = append(ports, ep.port)
+			h := t.hosts[c.Host]
+			l := s.linkBetween(c.Host, s.HostOf(ep.to))
+			if k := (devKey{h.ns, h.dev[l.Name]}); !slices.Contains(devs, k) {
+				devs = append(devs, k)
+			}
+		}
+		exclusive := len(devs) > 0
+		for _, k := range devs {
+			exclusive = exclusive && onlySender(t, eps, k.dev, ports)
+		}
+		if exclusive {
+			out[c.Name] = devs
+		}
+	}
+	return out
 }
 
 // Captures are headers only and bounded: a run at tens of Gbit/s would
@@ -704,7 +851,7 @@ func (r *runner) captureRun(t *topology, run *result.Run, cc, lim string) (stop 
 	if l == nil || h == nil {
 		return func() {}
 	}
-	name := strings.NewReplacer("/", "_", " ", "_").Replace(fmt.Sprintf("%s-%s-%s.pcap", s.Name, cc, lim))
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(fmt.Sprintf("%03d-%s-%s-%s.pcap", r.done+1, s.Name, cc, lim)) // r.done+1: the run's number, unique over variants and repetitions
 	run.Capture = &result.Capture{File: filepath.Join(filepath.Base(r.o.CaptureDir), name), Host: src, Interface: h.dev[l.Name]}
 	if err := os.MkdirAll(r.o.CaptureDir, 0o755); err != nil {
 		run.Capture.Error = err.Error()
@@ -816,7 +963,6 @@ func (r *runner) applyLimiter(t *topology, eps []*endpoint, lim string) (qs []*s
 		rate  uint64
 		ports []int
 	}
-	type devKey struct{ ns, dev string }
 	devs := map[devKey][]*cls{}
 	var order []devKey
 	for _, c := range s.Cgroups {
@@ -914,6 +1060,9 @@ func onlySender(t *topology, eps []*endpoint, dev string, ports []int) bool {
 // runLine is a run's progress line.
 func runLine(run *result.Run) string {
 	head := fmt.Sprintf("%s %s %s", run.Scenario, run.CC, run.Limiter)
+	if run.Variant != "" {
+		head = fmt.Sprintf("%s %s %s %s", run.Scenario, run.Variant, run.CC, run.Limiter)
+	}
 	switch {
 	case run.Skipped != "":
 		return head + ": skipped: " + run.Skipped
@@ -926,11 +1075,23 @@ func runLine(run *result.Run) string {
 		if g.LimitBps > 0 {
 			p += fmt.Sprintf(" (%.2f of %v)", g.GoodputBps/float64(g.LimitBps), rate.Rate(g.LimitBps))
 		}
+		if g.Share > 0 {
+			p += fmt.Sprintf(" wire share %.2f", g.Share)
+		} else if g.TxBps > 0 {
+			p += " wire " + fmtBps(g.TxBps)
+		}
 		parts = append(parts, p)
 	}
 	for _, c := range run.Classes {
 		if c.Latency != nil && c.SizeBytes <= 16<<10 {
-			parts = append(parts, fmt.Sprintf("%s %s P99 %s", c.Group, c.Name, fmtUs(c.Latency.P99)))
+			parts = append(parts, fmt.Sprintf("%s %s P50 %s P99 %s", c.Group, c.Name, fmtUs(c.Latency.P50), fmtUs(c.Latency.P99)))
+		}
+		if c.Kind == "udp" {
+			p := fmt.Sprintf("%s %s offered %s sent %s received %s, %d send errors", c.Group, c.Name, fmtBps(c.OfferedBps), fmtBps(c.SentBps), fmtBps(c.GoodputBps), c.SendErrors)
+			if c.SendError != "" {
+				p += " (" + c.SendError + ")"
+			}
+			parts = append(parts, p)
 		}
 	}
 	var retrans uint64

@@ -68,6 +68,7 @@ type Quick struct {
 	Warmup   string   `yaml:"warmup"`
 	CCs      []string `yaml:"ccs"`
 	Limiters []string `yaml:"limiters"`
+	Counts   []int    `yaml:"counts"` // replaces the counts flow's list
 
 	DurationD, WarmupD time.Duration `yaml:"-"`
 }
@@ -109,16 +110,56 @@ type Cgroup struct {
 // Flow is a class of traffic: count connections of one kind and size from a
 // cgroup (or a host) to a host (or a cgroup).
 type Flow struct {
-	Name  string    `yaml:"name"`
-	Kind  string    `yaml:"kind"`  // rpc or stream
-	Size  string    `yaml:"size"`  // rpc request size
-	Reply string    `yaml:"reply"` // rpc reply size (default 64)
-	Count int       `yaml:"count"` // connections per source (default 1)
-	CC    string    `yaml:"cc"`    // overrides the run's congestion control
-	From  StringSet `yaml:"from"`  // cgroup or host names
-	To    string    `yaml:"to"`    // host or cgroup name
+	Name  string `yaml:"name"`
+	Kind  string `yaml:"kind"`  // rpc, stream or udp
+	Size  string `yaml:"size"`  // rpc request size; udp datagram payload (default 1472)
+	Reply string `yaml:"reply"` // rpc reply size (default 64)
+	Rate  string `yaml:"rate"`  // udp: offered payload rate per source, all its sockets
+	Count int    `yaml:"count"` // connections (udp: sockets) per source (default 1)
+	// Counts makes the flow's count a dimension of the run matrix: the
+	// scenario runs once per value (at most one flow has counts).
+	Counts []int     `yaml:"counts"`
+	CC     string    `yaml:"cc"`   // overrides the run's congestion control
+	From   StringSet `yaml:"from"` // cgroup or host names
+	To     string    `yaml:"to"`   // host or cgroup name
 
-	SizeBytes, ReplyBytes int `yaml:"-"`
+	SizeBytes, ReplyBytes int    `yaml:"-"`
+	RateBps               uint64 `yaml:"-"`
+}
+
+// MaxCount bounds a flow's connections per source (one client process holds
+// them all).
+const MaxCount = 1024
+
+// Variant is one value of a scenario's counts dimension: flow Flow runs
+// Count connections per source. A scenario without counts has one variant,
+// Flow -1 and an empty label.
+type Variant struct {
+	Label string // "NAME=COUNT", e.g. "stream=16"
+	Flow  int
+	Count int
+}
+
+// Variants lists the scenario's variants in the order of its counts.
+func (s *Scenario) Variants() []Variant { return s.VariantsWith(nil) }
+
+// VariantsWith lists the variants with counts instead of the scenario's
+// list (nil: the scenario's). A scenario without a counts flow has its one
+// variant whatever counts says.
+func (s *Scenario) VariantsWith(counts []int) []Variant {
+	for i, fl := range s.Flows {
+		if len(fl.Counts) > 0 {
+			if counts == nil {
+				counts = fl.Counts
+			}
+			var out []Variant
+			for _, n := range counts {
+				out = append(out, Variant{Label: fmt.Sprintf("%s=%d", fl.Name, n), Flow: i, Count: n})
+			}
+			return out
+		}
+	}
+	return []Variant{{Flow: -1}}
 }
 
 // StringSet is a YAML scalar or a sequence of scalars.
@@ -343,6 +384,11 @@ func (s *Scenario) validate() error {
 	if err := checkLists("quick.", q.CCs, q.Limiters); err != nil {
 		return err
 	}
+	for j, n := range q.Counts {
+		if n < 1 || n > MaxCount {
+			return ferr(fmt.Sprintf("quick.counts[%d]", j), "%d out of range 1..%d", n, MaxCount)
+		}
+	}
 
 	// Hosts, cgroups: one namespace of names.
 	if len(s.Hosts) == 0 {
@@ -470,7 +516,30 @@ func (s *Scenario) validate() error {
 	for i := range s.Flows {
 		fl := &s.Flows[i]
 		f := fmt.Sprintf("flows[%d]", i)
+		if fl.Rate != "" && fl.Kind != "udp" {
+			return ferr(f+".rate", "only a udp flow has a rate (a TCP flow's rate is its congestion control's)")
+		}
 		switch fl.Kind {
+		case "udp":
+			if fl.Reply != "" {
+				return ferr(f+".reply", "a udp flow has no reply")
+			}
+			if fl.Rate == "" {
+				return ferr(f+".rate", "a udp flow needs an offered rate (e.g. 2gbit)")
+			}
+			r, err := parseRate(fl.Rate)
+			if err != nil {
+				return ferr(f+".rate", "%v", err)
+			}
+			fl.RateBps = r
+			fl.SizeBytes = workload.DefaultUDPSize
+			if fl.Size != "" {
+				n, err := workload.ParseSize(fl.Size)
+				if err != nil || n < workload.MinUDPSize || n > workload.MaxUDPSize {
+					return ferr(f+".size", "bad datagram size %q: %d to %d bytes (1472 fills a 1500-byte packet)", fl.Size, workload.MinUDPSize, workload.MaxUDPSize)
+				}
+				fl.SizeBytes = n
+			}
 		case "rpc":
 			if fl.Size == "" {
 				return ferr(f+".size", "an rpc flow needs a request size (e.g. 10KB)")
@@ -493,15 +562,34 @@ func (s *Scenario) validate() error {
 				return ferr(f+".size", "a stream has no size")
 			}
 		case "":
-			return ferr(f+".kind", "missing (rpc or stream)")
+			return ferr(f+".kind", "missing (rpc, stream or udp)")
 		default:
-			return ferr(f+".kind", "unknown kind %q (rpc or stream)", fl.Kind)
+			return ferr(f+".kind", "unknown kind %q (rpc, stream or udp)", fl.Kind)
+		}
+		if len(fl.Counts) > 0 {
+			if fl.Count != 0 {
+				return ferr(f+".counts", "count and counts both set: counts runs the scenario once per value")
+			}
+			for j := 0; j < i; j++ {
+				if len(s.Flows[j].Counts) > 0 {
+					return ferr(f+".counts", "flows[%d] has counts already: at most one flow's count is a dimension", j)
+				}
+			}
+			for j, n := range fl.Counts {
+				if n < 1 || n > MaxCount {
+					return ferr(fmt.Sprintf("%s.counts[%d]", f, j), "%d out of range 1..%d", n, MaxCount)
+				}
+				if slices.Contains(fl.Counts[:j], n) {
+					return ferr(fmt.Sprintf("%s.counts[%d]", f, j), "%d listed twice", n)
+				}
+			}
+			fl.Count = fl.Counts[0]
 		}
 		if fl.Count == 0 {
 			fl.Count = 1
 		}
-		if fl.Count < 0 || fl.Count > 64 {
-			return ferr(f+".count", "%d out of range 1..64", fl.Count)
+		if fl.Count < 0 || fl.Count > MaxCount {
+			return ferr(f+".count", "%d out of range 1..%d", fl.Count, MaxCount)
 		}
 		if fl.CC != "" && !validCC(fl.CC) {
 			return ferr(f+".cc", "bad congestion control %q", fl.CC)
@@ -531,11 +619,16 @@ func (s *Scenario) validate() error {
 			}
 		}
 		if fl.Name == "" {
-			fl.Name = "stream"
-			if fl.Kind == "rpc" {
+			switch fl.Kind {
+			case "rpc":
 				fl.Name = "rpc-" + sizeName(fl.SizeBytes)
+			default:
+				fl.Name = fl.Kind // stream, udp
 			}
 		}
+	}
+	if len(s.Quick.Counts) > 0 && len(s.Variants()) == 1 && s.Variants()[0].Flow < 0 {
+		return ferr("quick.counts", "no flow has counts")
 	}
 	// Class names must be unique per group.
 	seen := map[string]int{}
@@ -651,7 +744,8 @@ func Builtins() ([]*Scenario, error) {
 
 // builtinOrder runs the built-ins in the seed's order.
 func builtinOrder(name string) string {
-	for i, n := range []string{"egress-200m", "egress-1g", "egress-high", "egress-two-cgroups", "incast"} {
+	for i, n := range []string{"egress-200m", "egress-1g", "egress-high", "egress-two-cgroups", "incast",
+		"many-flows-200m", "many-flows-1g", "udp-flood", "two-ccs"} {
 		if n == name {
 			return strconv.Itoa(i)
 		}

@@ -60,6 +60,33 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+func TestParseUDPAndCounts(t *testing.T) {
+	doc := strings.Replace(goodScenario, "count: 2", "counts: [1, 16, 128]", 1)
+	doc = strings.Replace(doc, "{kind: stream, from: w, to: b, cc: reno}", "{kind: udp, rate: 2gbit, count: 4, from: w, to: b}", 1)
+	s, err := Parse("u.yaml", strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := s.Flows[1]
+	if u.Name != "udp" || u.RateBps != 2e9 || u.SizeBytes != 1472 || u.Count != 4 {
+		t.Errorf("udp flow %+v", u)
+	}
+	vs := s.Variants()
+	if len(vs) != 3 || vs[0] != (Variant{Label: "rpc-10KB=1", Flow: 0, Count: 1}) || vs[2].Label != "rpc-10KB=128" || vs[2].Count != 128 {
+		t.Errorf("variants %+v", vs)
+	}
+	if s.Flows[0].Count != 1 {
+		t.Errorf("count of a counts flow %d, want the first value", s.Flows[0].Count)
+	}
+	g, err := Parse("good.yaml", strings.NewReader(goodScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := g.Variants(); len(vs) != 1 || vs[0].Flow != -1 || vs[0].Label != "" {
+		t.Errorf("variants without counts %+v", vs)
+	}
+}
+
 func TestBuiltins(t *testing.T) {
 	bs, err := Builtins()
 	if err != nil {
@@ -69,7 +96,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -89,6 +116,27 @@ func TestBuiltins(t *testing.T) {
 	two := bs[3]
 	if two.Cgroup("small").EgressBps*9 != two.Cgroup("large").EgressBps {
 		t.Errorf("two-cgroups not 1:9")
+	}
+	for i, rate := range map[int]uint64{5: 200e6, 6: 1e9} {
+		mf := bs[i]
+		var labels []string
+		for _, v := range mf.Variants() {
+			labels = append(labels, v.Label)
+		}
+		if got := strings.Join(labels, " "); got != "stream=1 stream=4 stream=16 stream=64 stream=128" || mf.Cgroup("work").EgressBps != rate {
+			t.Errorf("%s: variants %q, limit %d", mf.Name, got, mf.Cgroup("work").EgressBps)
+		}
+		if len(mf.VariantsWith(mf.Quick.Counts)) != 3 || strings.Join(mf.Limiters, ",") != "hbm,htb,none" || len(mf.CCs) != 4 {
+			t.Errorf("%s: quick counts %v, limiters %v, ccs %v", mf.Name, mf.Quick.Counts, mf.Limiters, mf.CCs)
+		}
+	}
+	udp := bs[7].Flows[0]
+	if udp.Kind != "udp" || udp.RateBps != 10*bs[7].Cgroup("work").EgressBps || udp.SizeBytes != 1472 {
+		t.Errorf("udp-flood: %+v", udp)
+	}
+	tc := bs[8]
+	if tc.Flows[0].CC != "cubic" || tc.Flows[2].CC != "bbr" || tc.Cgroup("gcubic").EgressBps != 500e6 || tc.Cgroup("gbbr").EgressBps != 500e6 {
+		t.Errorf("two-ccs: %+v", tc.Flows)
 	}
 }
 
@@ -123,14 +171,26 @@ func TestParseBad(t *testing.T) {
 		{"bad rate", edit("egress: 100mbit", "egress: 100mb"), `bad.yaml:15: cgroups[0].egress: invalid rate "100mb"`},
 		{"rate out of range", edit("egress: 100mbit", "egress: 1kbit"), `cgroups[0].egress: rate "1kbit" out of range`},
 		{"bad hbm arg", edit("hbm_args: [--no-pace]", "hbm_args: [--egress]"), `cgroups[0].hbm_args[0]`},
-		{"bad kind", edit("kind: rpc", "kind: udp"), `bad.yaml:18: flows[0].kind: unknown kind "udp"`},
+		{"bad kind", edit("kind: rpc", "kind: quic"), `bad.yaml:18: flows[0].kind: unknown kind "quic" (rpc, stream or udp)`},
 		{"rpc without size", edit("    size: 10KB\n", ""), `flows[0].size: an rpc flow needs a request size`},
 		{"bad size", edit("size: 10KB", "size: 10QB"), `bad.yaml:19: flows[0].size: bad size "10QB"`},
 		{"stream with size", edit("{kind: stream,", "{kind: stream, size: 1MB,"), `flows[1].size: a stream has no size`},
 		{"unknown to", edit("    to: b", "    to: nowhere"), `bad.yaml:23: flows[0].to: unknown host or cgroup "nowhere"`},
 		{"unknown from", edit("    from: w", "    from: x"), `bad.yaml:22: flows[0].from: unknown cgroup or host "x"`},
 		{"same host", edit("    to: b", "    to: a"), `flows[0].from: "w" and "a" are on the same host "a"`},
-		{"count", edit("count: 2", "count: 1000"), `flows[0].count: 1000 out of range`},
+		{"count", edit("count: 2", "count: 2000"), `bad.yaml:21: flows[0].count: 2000 out of range 1..1024`},
+		{"counts and count", edit("count: 2", "count: 2\n    counts: [1, 4]"), `bad.yaml:22: flows[0].counts: count and counts both set`},
+		{"counts out of range", edit("count: 2", "counts: [1, 0, 4]"), `bad.yaml:21: flows[0].counts[1]: 0 out of range 1..1024`},
+		{"counts twice", edit("count: 2", "counts: [1, 4, 1]"), `bad.yaml:21: flows[0].counts[2]: 1 listed twice`},
+		{"counts not ints", edit("count: 2", "counts: [1, many]"), "bad.yaml:21: cannot unmarshal !!str `many` into int"},
+		{"two counts", strings.Replace(edit("count: 2", "counts: [1, 2]"), "cc: reno}", "cc: reno, counts: [3]}", 1), `bad.yaml:24: flows[1].counts: flows[0] has counts already`},
+		{"rate on tcp", edit("count: 2", "rate: 1gbit"), `bad.yaml:21: flows[0].rate: only a udp flow has a rate`},
+		{"udp without rate", edit("{kind: stream,", "{kind: udp,"), `bad.yaml:24: flows[1].rate: a udp flow needs an offered rate`},
+		{"udp bad rate", edit("{kind: stream,", "{kind: udp, rate: 2gbps2,"), `bad.yaml:24: flows[1].rate: invalid rate "2gbps2"`},
+		{"udp bad size", edit("{kind: stream,", "{kind: udp, rate: 1gbit, size: 8,"), `bad.yaml:24: flows[1].size: bad datagram size "8": 12 to 65507 bytes`},
+		{"quick counts without counts", edit("limiters: [hbm, none]", "limiters: [hbm, none]\nquick: {counts: [4]}"), `bad.yaml:8: quick.counts: no flow has counts`},
+		{"quick counts range", edit("limiters: [hbm, none]", "limiters: [hbm, none]\nquick:\n  counts: [4, 5000]"), `bad.yaml:9: quick.counts[1]: 5000 out of range`},
+		{"udp reply", edit("{kind: stream,", "{kind: udp, rate: 1gbit, reply: 1KB,"), `bad.yaml:24: flows[1].reply: a udp flow has no reply`},
 		{"duplicate class", edit("cc: reno}", "cc: reno, name: rpc-10KB}"), `flows[1].name: class "rpc-10KB" of group "w" already defined by flows[0]`},
 		{"two documents", goodScenario + "---\nname: x\n", "more than one YAML document"},
 	}
@@ -192,7 +252,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 5 {
+	if err != nil || len(all) != 9 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }

@@ -29,6 +29,13 @@ type Config struct {
 	Warmup    time.Duration // before the measurement window
 	Duration  time.Duration // measurement window (the whole run in script mode)
 	CC        string        // TCP congestion control for every socket ("" = default)
+	// UDP is the number of UDP sockets, sending UDPSize-byte datagrams
+	// (payload, default 1472) at UDPRate bits/s of payload in all, paced in
+	// user space and split evenly over the sockets. Failed sends are counted
+	// (Result.UDPSendErrors), never fatal.
+	UDP     int
+	UDPRate float64
+	UDPSize int
 	// Hist adds the RPC latency histogram itself to each Result, so results
 	// of several clients can be merged (MergeLatency).
 	Hist bool
@@ -61,13 +68,20 @@ func (cfg *Config) defaults() error {
 	if cfg.RTTInterval == 0 {
 		cfg.RTTInterval = 100 * time.Millisecond
 	}
+	if cfg.UDPSize == 0 {
+		cfg.UDPSize = DefaultUDPSize
+	}
 	switch {
 	case cfg.Addr == "":
 		return errors.New("workload: no server address")
-	case cfg.Streams < 0 || cfg.RPCs < 0 || cfg.Streams+cfg.RPCs == 0:
-		return errors.New("workload: need at least one bulk stream or RPC loop")
-	case cfg.Streams > 1024 || cfg.RPCs > 1024:
-		return errors.New("workload: at most 1024 streams and 1024 RPC loops")
+	case cfg.Streams < 0 || cfg.RPCs < 0 || cfg.UDP < 0 || cfg.Streams+cfg.RPCs+cfg.UDP == 0:
+		return errors.New("workload: need at least one bulk stream, RPC loop or UDP socket")
+	case cfg.Streams > 1024 || cfg.RPCs > 1024 || cfg.UDP > 1024:
+		return errors.New("workload: at most 1024 streams, 1024 RPC loops and 1024 UDP sockets")
+	case cfg.UDP > 0 && (cfg.UDPRate < 8e3 || cfg.UDPRate > 400e9):
+		return errors.New("workload: UDP sockets need a rate of 8 kbit/s to 400 Gbit/s")
+	case cfg.UDPSize < MinUDPSize || cfg.UDPSize > MaxUDPSize:
+		return fmt.Errorf("workload: UDP datagram size must be %d..%d bytes", MinUDPSize, MaxUDPSize)
 	case cfg.RPCSize < rpcHeaderLen || cfg.RPCSize > MaxRPCSize:
 		return fmt.Errorf("workload: RPC size must be %d..%d bytes", rpcHeaderLen, MaxRPCSize)
 	case cfg.ReplySize < 1 || cfg.ReplySize > MaxRPCSize:
@@ -114,7 +128,7 @@ type Result struct {
 	// server read (Source "server") or, when the server could not be asked,
 	// from the senders' TCP_INFO bytes_acked (Source "sender").
 	Goodput      float64 `json:"goodput_bps"`
-	TotalGoodput float64 `json:"total_goodput_bps"` // bulk + RPC request bytes
+	TotalGoodput float64 `json:"total_goodput_bps"` // bulk + RPC request + UDP bytes
 	Source       string  `json:"source"`
 	BulkBytes    uint64  `json:"bulk_bytes"`
 	RPCBytes     uint64  `json:"rpc_bytes"` // request bytes, headers included
@@ -131,6 +145,21 @@ type Result struct {
 
 	RPC      Latency  `json:"rpc"`
 	Warnings []string `json:"warnings,omitempty"`
+
+	// UDP: the sockets, what the client tried to send (UDPOffered, payload
+	// bits/s, failed sends included), what sendmsg accepted (UDPSent), the
+	// failed sends and the first error's text, and what the server received
+	// (UDPBytes, UDPDatagrams, UDPGoodput; 0 when Source is "sender").
+	UDP           int     `json:"udp,omitempty"`
+	UDPSize       int     `json:"udp_size,omitempty"`
+	UDPOffered    float64 `json:"udp_offered_bps,omitempty"`
+	UDPSent       float64 `json:"udp_sent_bps,omitempty"`
+	UDPSentBytes  uint64  `json:"udp_sent_bytes,omitempty"`
+	UDPSendErrors uint64  `json:"udp_send_errors,omitempty"`
+	UDPSendError  string  `json:"udp_send_error,omitempty"`
+	UDPBytes      uint64  `json:"udp_bytes,omitempty"`
+	UDPDatagrams  uint64  `json:"udp_datagrams,omitempty"`
+	UDPGoodput    float64 `json:"udp_goodput_bps,omitempty"`
 
 	// Hist is the RPC latency histogram (microseconds), when Config.Hist.
 	Hist *hdrhistogram.Snapshot `json:"hist,omitempty"`
@@ -179,7 +208,13 @@ type counters struct {
 type serverSnap struct {
 	t                    time.Duration
 	bulk, rpcReq, rpcRep uint64
+	udpBytes, udpDgrams  uint64
 	err                  error
+}
+
+// udpCounters are the client's UDP totals since Dial (bytes are payload).
+type udpCounters struct {
+	attempted, sent, sentDgrams, errors uint64
 }
 
 type segment struct {
@@ -193,6 +228,7 @@ type segment struct {
 	rttN    int
 	rttMax  uint32
 	cwndSum float64
+	udp0    udpCounters
 	warn    []string
 }
 
@@ -207,9 +243,14 @@ type Client struct {
 	ctrlBroken error
 
 	bulk, rpc []net.Conn
-	all       []net.Conn
-	inflight  []atomic.Int64 // start (Unix ns) of each loop's outstanding RPC
-	cc        string
+	all       []net.Conn // bulk and rpc (TCP)
+	udp       []net.Conn
+
+	udpAttempted, udpSent, udpSentDgrams, udpErrors atomic.Uint64
+	udpErrOnce                                      sync.Once
+	udpFirstErr                                     atomic.Value   // string
+	inflight                                        []atomic.Int64 // start (Unix ns) of each loop's outstanding RPC
+	cc                                              string
 
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -268,11 +309,21 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		}
 	}
 	c.all = append(append([]net.Conn{}, c.bulk...), c.rpc...)
+	for i := 0; i < cfg.UDP && err == nil; i++ {
+		var conn net.Conn
+		if conn, err = (&net.Dialer{}).DialContext(cctx, "udp", cfg.Addr); err != nil {
+			err = fmt.Errorf("workload: udp socket to %s: %w", cfg.Addr, err)
+		} else {
+			c.udp = append(c.udp, conn)
+		}
+	}
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	c.cc = congestionControl(c.all[0])
+	if len(c.all) > 0 {
+		c.cc = congestionControl(c.all[0])
+	}
 	c.inflight = make([]atomic.Int64, len(c.rpc))
 	for _, conn := range c.bulk {
 		c.wg.Add(1)
@@ -281,6 +332,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	for i, conn := range c.rpc {
 		c.wg.Add(1)
 		go c.rpcLoop(i, conn)
+	}
+	for _, conn := range c.udp {
+		c.wg.Add(1)
+		go c.udpLoop(conn, cfg.UDPRate/float64(len(c.udp)))
 	}
 	c.wg.Add(1)
 	go c.rttLoop()
@@ -343,6 +398,53 @@ func (c *Client) rpcLoop(i int, conn net.Conn) {
 			c.seg.hist.RecordValue(max(1, lat.Microseconds()))
 		}
 		c.mu.Unlock()
+	}
+}
+
+// udpLoop sends datagrams at bps (payload bits/s) until stopped. It sleeps
+// while ahead of the rate and never catches up more than 5 ms behind (a
+// blocked send lowers the offered rate instead of bursting after it). A
+// failed send is counted, its first error kept, and the loop goes on.
+func (c *Client) udpLoop(conn net.Conn, bps float64) {
+	defer c.wg.Done()
+	size := c.cfg.UDPSize
+	buf := make([]byte, size)
+	copy(buf, udpMagic[:])
+	binary.BigEndian.PutUint64(buf[4:], c.session)
+	perNs := bps / 8 / 1e9 // bytes per ns
+	slack := max(perNs*float64(5*time.Millisecond), float64(2*size))
+	start := time.Now()
+	var credit float64 // bytes sent (tried) since start, in rate terms
+	for !c.stopped() {
+		allowed := float64(time.Since(start)) * perNs
+		if allowed-credit > slack {
+			credit = allowed - slack
+		}
+		if allowed-credit < float64(size) {
+			wait := time.Duration((float64(size) - (allowed - credit)) / perNs)
+			time.Sleep(max(wait, 50*time.Microsecond))
+			continue
+		}
+		credit += float64(size)
+		c.udpAttempted.Add(uint64(size))
+		conn.SetWriteDeadline(time.Now().Add(time.Second))
+		if _, err := conn.Write(buf); err != nil {
+			if c.stopped() {
+				return
+			}
+			c.udpErrors.Add(1)
+			c.udpErrOnce.Do(func() { c.udpFirstErr.Store(err.Error()) })
+			continue
+		}
+		c.udpSent.Add(uint64(size))
+		c.udpSentDgrams.Add(1)
+	}
+}
+
+func (c *Client) udpSnap() udpCounters {
+	return udpCounters{
+		attempted: c.udpAttempted.Load(), sent: c.udpSent.Load(),
+		sentDgrams: c.udpSentDgrams.Load(), errors: c.udpErrors.Load(),
 	}
 }
 
@@ -411,10 +513,16 @@ func (c *Client) serverSnapshot() serverSnap {
 	}
 	dl := time.Now().Add(c.cfg.ControlTimeout)
 	c.ctrl.SetDeadline(dl)
-	var buf [snapLen]byte
-	_, err := c.ctrl.Write([]byte{ctrlSnapshot})
+	// 'S' unless there are UDP sockets: then 'X', which servers from
+	// before UDP do not know.
+	var buf [snapLenX]byte
+	cmd, n := byte(ctrlSnapshot), snapLen
+	if len(c.udp) > 0 {
+		cmd, n = ctrlSnapX, snapLenX
+	}
+	_, err := c.ctrl.Write([]byte{cmd})
 	if err == nil {
-		_, err = io.ReadFull(c.ctrl, buf[:])
+		_, err = io.ReadFull(c.ctrl, buf[:n])
 	}
 	if err != nil {
 		c.ctrlBroken = fmt.Errorf("server snapshot: %w", err)
@@ -425,6 +533,9 @@ func (c *Client) serverSnapshot() serverSnap {
 		bulk:   binary.BigEndian.Uint64(buf[8:]),
 		rpcReq: binary.BigEndian.Uint64(buf[16:]),
 		rpcRep: binary.BigEndian.Uint64(buf[24:]),
+		// Zero for 'S'.
+		udpBytes:  binary.BigEndian.Uint64(buf[32:]),
+		udpDgrams: binary.BigEndian.Uint64(buf[40:]),
 	}
 }
 
@@ -436,7 +547,7 @@ func (c *Client) Begin(name string) error {
 		return err
 	}
 	h := NewHistogram()
-	s := &segment{name: name, start: time.Now(), info0: info0, srv0: make(chan serverSnap, 1), hist: h}
+	s := &segment{name: name, start: time.Now(), info0: info0, srv0: make(chan serverSnap, 1), hist: h, udp0: c.udpSnap()}
 	c.mu.Lock()
 	if c.seg != nil {
 		c.mu.Unlock()
@@ -462,6 +573,7 @@ func (c *Client) End() (*Result, error) {
 	c.gen.Add(1)
 	c.mu.Unlock()
 	end := time.Now()
+	udp1 := c.udpSnap()
 
 	r := &Result{
 		Name: s.name, Addr: c.cfg.Addr, CC: c.cc, Streams: len(c.bulk), RPCs: len(c.rpc),
@@ -470,6 +582,16 @@ func (c *Client) End() (*Result, error) {
 	}
 	if len(c.rpc) == 0 {
 		r.RPCSize, r.ReplySize = 0, 0
+	}
+	if len(c.udp) > 0 {
+		r.UDP, r.UDPSize = len(c.udp), c.cfg.UDPSize
+		r.UDPOffered = float64(udp1.attempted-s.udp0.attempted) * 8 / r.Duration
+		r.UDPSentBytes = udp1.sent - s.udp0.sent
+		r.UDPSent = float64(r.UDPSentBytes) * 8 / r.Duration
+		r.UDPSendErrors = udp1.errors - s.udp0.errors
+		if e, ok := c.udpFirstErr.Load().(string); ok {
+			r.UDPSendError = e
+		}
 	}
 	info1, err := c.snapCounters()
 	if err != nil {
@@ -514,14 +636,21 @@ func (c *Client) End() (*Result, error) {
 		r.BulkBytes, r.RPCBytes = senderBulk, senderRPC
 		r.Goodput = r.SenderGoodput
 		r.TotalGoodput = float64(senderBulk+senderRPC) * 8 / r.Duration
+		if len(c.udp) > 0 {
+			s.warn = append(s.warn, "UDP received unknown without the server's counters: goodput counts UDP bytes sent")
+			r.TotalGoodput += r.UDPSent
+		}
 	default:
 		r.Source = "server"
 		r.ServerDuration = (srv1.t - srv0.t).Seconds()
 		r.BulkBytes = srv1.bulk - srv0.bulk
 		r.RPCBytes = srv1.rpcReq - srv0.rpcReq
+		r.UDPBytes = srv1.udpBytes - srv0.udpBytes
+		r.UDPDatagrams = srv1.udpDgrams - srv0.udpDgrams
 		if r.ServerDuration > 0 {
 			r.Goodput = float64(r.BulkBytes) * 8 / r.ServerDuration
-			r.TotalGoodput = float64(r.BulkBytes+r.RPCBytes) * 8 / r.ServerDuration
+			r.UDPGoodput = float64(r.UDPBytes) * 8 / r.ServerDuration
+			r.TotalGoodput = float64(r.BulkBytes+r.RPCBytes+r.UDPBytes) * 8 / r.ServerDuration
 		}
 	}
 
@@ -555,6 +684,9 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.stop)
 		for _, conn := range c.all {
+			conn.Close()
+		}
+		for _, conn := range c.udp {
 			conn.Close()
 		}
 		if c.ctrl != nil {

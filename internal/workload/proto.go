@@ -13,7 +13,14 @@
 //     M bytes once it has read the whole request.
 //   - control: the client sends 'S' and the server answers 32 bytes: its
 //     monotonic clock in ns and the session's bulk bytes read, RPC request
-//     bytes read and RPC reply bytes written; 'Q' ends the session.
+//     bytes read and RPC reply bytes written; 'X' is answered with those 32
+//     bytes and 16 more: the session's UDP bytes and datagrams received; 'Q'
+//     ends the session.
+//
+// UDP (kind 'udp' flows): datagrams to the same port number, each starting
+// with "HBMU" and the session id (12 bytes), the rest filler. The server
+// counts them per session (bytes include the 12-byte header); datagrams of
+// an unknown session are ignored.
 package workload
 
 import (
@@ -29,6 +36,8 @@ const (
 	helloLen     = 16
 	rpcHeaderLen = 8
 	snapLen      = 32
+	snapLenX     = 48
+	udpHeaderLen = 12
 	version      = 1
 
 	kindBulk    = 'B'
@@ -36,13 +45,23 @@ const (
 	kindControl = 'C'
 
 	ctrlSnapshot = 'S'
+	ctrlSnapX    = 'X'
 	ctrlQuit     = 'Q'
 
 	// MaxRPCSize bounds request and reply sizes.
 	MaxRPCSize = 64 << 20
+
+	// DefaultUDPSize is a UDP datagram's payload by default: one 1500-byte
+	// IPv4 packet (1500 - 20 - 8).
+	DefaultUDPSize = 1472
+	// MinUDPSize and MaxUDPSize bound the payload (header included; above
+	// 1472 IPv4 fragments on a 1500-byte MTU).
+	MinUDPSize = udpHeaderLen
+	MaxUDPSize = 65507
 )
 
 var magic = [4]byte{'H', 'B', 'M', 'W'}
+var udpMagic = [4]byte{'H', 'B', 'M', 'U'}
 
 func encodeHello(kind byte, session uint64) []byte {
 	b := make([]byte, helloLen)

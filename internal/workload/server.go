@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Server accepts bulk, RPC and control connections on one listener.
@@ -21,34 +23,89 @@ type Server struct {
 	// HelloTimeout bounds the wait for a connection's hello (default 5s).
 	HelloTimeout time.Duration
 
+	once     sync.Once
 	start    time.Time
 	mu       sync.Mutex
 	sessions map[uint64]*session
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
+
+	// UDPUnknown counts datagrams of no known session (or too short).
+	UDPUnknown atomic.Uint64
 }
 
 type session struct {
 	refs                     int
 	bulk, rpcReq, rpcReplied atomic.Uint64
+	udpBytes, udpDatagrams   atomic.Uint64
+}
+
+func (s *Server) init() {
+	s.once.Do(func() {
+		if s.IdleTimeout == 0 {
+			s.IdleTimeout = 60 * time.Second
+		}
+		if s.HelloTimeout == 0 {
+			s.HelloTimeout = 5 * time.Second
+		}
+		s.mu.Lock()
+		s.start = time.Now()
+		s.sessions = map[uint64]*session{}
+		s.conns = map[net.Conn]struct{}{}
+		s.mu.Unlock()
+	})
+}
+
+// ServeUDP counts the datagrams arriving on pc per session (see the package
+// comment) until ctx is done or pc fails. The sessions are those of Serve's
+// control connections, so a UDP client needs both on the same server.
+func (s *Server) ServeUDP(ctx context.Context, pc net.PacketConn) error {
+	s.init()
+	if uc, ok := pc.(*net.UDPConn); ok {
+		// Room for bursts: a sink that drops on its own would read as a limit.
+		uc.SetReadBuffer(8 << 20)
+		if raw, err := uc.SyscallConn(); err == nil {
+			raw.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20) })
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { pc.Close() })
+	defer stop()
+	buf := make([]byte, 64<<10)
+	var last uint64
+	var ss *session
+	for {
+		n, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if n < udpHeaderLen || [4]byte(buf[:4]) != udpMagic {
+			s.UDPUnknown.Add(1)
+			continue
+		}
+		id := binary.BigEndian.Uint64(buf[4:12])
+		if ss == nil || id != last {
+			s.mu.Lock()
+			ss = s.sessions[id]
+			s.mu.Unlock()
+			last = id
+		}
+		if ss == nil {
+			s.UDPUnknown.Add(1)
+			continue
+		}
+		ss.udpBytes.Add(uint64(n))
+		ss.udpDatagrams.Add(1)
+	}
 }
 
 // Serve accepts connections on ln until ctx is done or ln fails, then closes
 // every connection and returns once their goroutines have ended (bounded: all
 // of them block only on their own, now closed, socket).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if s.IdleTimeout == 0 {
-		s.IdleTimeout = 60 * time.Second
-	}
-	if s.HelloTimeout == 0 {
-		s.HelloTimeout = 5 * time.Second
-	}
-	s.mu.Lock()
-	s.start = time.Now()
-	s.sessions = map[uint64]*session{}
-	s.conns = map[net.Conn]struct{}{}
-	s.mu.Unlock()
-
+	s.init()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	var err error
@@ -202,7 +259,7 @@ func (s *Server) rpc(c net.Conn, ss *session) {
 
 func (s *Server) control(c net.Conn, ss *session) {
 	var cmd [1]byte
-	var out [snapLen]byte
+	var out [snapLenX]byte
 	for {
 		// A control connection stays quiet for the whole measurement.
 		c.SetReadDeadline(time.Now().Add(s.IdleTimeout + time.Hour))
@@ -210,13 +267,19 @@ func (s *Server) control(c net.Conn, ss *session) {
 			return
 		}
 		switch cmd[0] {
-		case ctrlSnapshot:
+		case ctrlSnapshot, ctrlSnapX:
 			binary.BigEndian.PutUint64(out[0:], uint64(s.since()))
 			binary.BigEndian.PutUint64(out[8:], ss.bulk.Load())
 			binary.BigEndian.PutUint64(out[16:], ss.rpcReq.Load())
 			binary.BigEndian.PutUint64(out[24:], ss.rpcReplied.Load())
+			binary.BigEndian.PutUint64(out[32:], ss.udpBytes.Load())
+			binary.BigEndian.PutUint64(out[40:], ss.udpDatagrams.Load())
+			n := snapLen
+			if cmd[0] == ctrlSnapX {
+				n = snapLenX
+			}
 			c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if _, err := c.Write(out[:]); err != nil {
+			if _, err := c.Write(out[:n]); err != nil {
 				return
 			}
 		case ctrlQuit:

@@ -322,3 +322,158 @@ func TestMergeLatency(t *testing.T) {
 		t.Error("merged a result without a histogram")
 	}
 }
+
+// startUDPServer runs a Server with its TCP listener and UDP sink on one
+// loopback port (or the TCP listener alone: withUDP false).
+func startUDPServer(t *testing.T, withUDP bool) (string, *Server) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no tcp4 loopback: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{}
+	done := make(chan error, 2)
+	go func() { done <- s.Serve(ctx, ln) }()
+	n := 1
+	if withUDP {
+		pc, err := net.ListenPacket("udp4", ln.Addr().String())
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		n++
+		go func() { done <- s.ServeUDP(ctx, pc) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for i := 0; i < n; i++ {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("server: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("server did not stop within 5s")
+			}
+		}
+	})
+	return ln.Addr().String(), s
+}
+
+// TestUDPSinkByteCount sends known datagrams and reads the counts back with
+// the extended snapshot; datagrams of another session and short or foreign
+// ones are not counted.
+func TestUDPSinkByteCount(t *testing.T) {
+	addr, srv := startUDPServer(t, true)
+	const sid = 77
+	ctrl, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctrl.Close()
+	ctrl.SetDeadline(time.Now().Add(5 * time.Second))
+	ctrl.Write(encodeHello(kindControl, sid))
+	snap := func(cmd byte, n int) []byte {
+		if _, err := ctrl.Write([]byte{cmd}); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(ctrl, b); err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	snap(ctrlSnapshot, snapLen) // the session exists once the control hello is read
+	u, err := net.Dial("udp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	dgram := func(session uint64, size int) []byte {
+		b := make([]byte, size)
+		copy(b, udpMagic[:])
+		binary.BigEndian.PutUint64(b[4:], session)
+		return b
+	}
+	var want uint64
+	for i, size := range []int{12, 100, 1472, 1000, 9000} {
+		for j := 0; j <= i; j++ {
+			u.Write(dgram(sid, size))
+			want += uint64(size)
+		}
+	}
+	u.Write(dgram(sid+1, 500))    // another session
+	u.Write([]byte("HBMU short")) // shorter than the header
+	u.Write([]byte("not ours, at least twelve bytes"))
+	var bytes, dgrams uint64
+	for i := 0; i < 200; i++ {
+		b := snap(ctrlSnapX, snapLenX)
+		bytes, dgrams = binary.BigEndian.Uint64(b[32:]), binary.BigEndian.Uint64(b[40:])
+		if bytes >= want && srv.UDPUnknown.Load() == 3 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if bytes != want || dgrams != 15 {
+		t.Fatalf("server counted %d UDP bytes in %d datagrams, want %d in 15", bytes, dgrams, want)
+	}
+	if n := srv.UDPUnknown.Load(); n != 3 {
+		t.Errorf("%d datagrams counted as unknown, want 3", n)
+	}
+}
+
+// TestUDPClient runs paced UDP sockets over loopback: the offered rate is
+// the configured one, nothing fails, the server receives what was sent (in
+// whole datagrams).
+func TestUDPClient(t *testing.T) {
+	addr, _ := startUDPServer(t, true)
+	r, err := Run(context.Background(), Config{
+		Addr: addr, UDP: 2, UDPRate: 40e6, UDPSize: 1000, Warmup: 200 * time.Millisecond, Duration: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("offered %.1f sent %.1f received %.1f Mbit/s, %d datagrams, %d errors, warnings %v",
+		r.UDPOffered/1e6, r.UDPSent/1e6, r.UDPGoodput/1e6, r.UDPDatagrams, r.UDPSendErrors, r.Warnings)
+	if r.Source != "server" || r.UDP != 2 || r.UDPSize != 1000 {
+		t.Fatalf("result %+v", r)
+	}
+	if r.UDPOffered < 36e6 || r.UDPOffered > 44e6 {
+		t.Errorf("offered %.1f Mbit/s, want 40 +- 10%%", r.UDPOffered/1e6)
+	}
+	if r.UDPSendErrors != 0 || r.UDPSendError != "" || r.UDPSent != r.UDPOffered {
+		t.Errorf("send errors %d (%q), sent %.0f of %.0f", r.UDPSendErrors, r.UDPSendError, r.UDPSent, r.UDPOffered)
+	}
+	if r.UDPBytes != r.UDPDatagrams*1000 {
+		t.Errorf("received %d bytes in %d datagrams of 1000", r.UDPBytes, r.UDPDatagrams)
+	}
+	// Client and server windows start a snapshot's round trip apart: a few
+	// datagrams either way.
+	if d := float64(r.UDPBytes) - float64(r.UDPSentBytes); d > 20000 || d < -20000 {
+		t.Errorf("received %d bytes, sent %d", r.UDPBytes, r.UDPSentBytes)
+	}
+	if r.TotalGoodput != r.UDPGoodput || r.Goodput != 0 {
+		t.Errorf("total goodput %.0f, UDP %.0f, bulk %.0f", r.TotalGoodput, r.UDPGoodput, r.Goodput)
+	}
+}
+
+// TestUDPSendErrorsCounted sends to a port with no UDP socket: the kernel
+// answers port unreachable and later sends fail (ECONNREFUSED). The run must
+// go on and count them.
+func TestUDPSendErrorsCounted(t *testing.T) {
+	addr, _ := startUDPServer(t, false)
+	r, err := Run(context.Background(), Config{
+		Addr: addr, UDP: 1, UDPRate: 10e6, UDPSize: 500, Warmup: 100 * time.Millisecond, Duration: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("a failing UDP send ended the run: %v", err)
+	}
+	t.Logf("offered %.1f sent %.1f Mbit/s, %d errors (%s)", r.UDPOffered/1e6, r.UDPSent/1e6, r.UDPSendErrors, r.UDPSendError)
+	if r.UDPSendErrors == 0 || !strings.Contains(r.UDPSendError, "refused") {
+		t.Errorf("send errors %d (%q), want some, connection refused", r.UDPSendErrors, r.UDPSendError)
+	}
+	if r.UDPBytes != 0 {
+		t.Errorf("received %d bytes with no sink", r.UDPBytes)
+	}
+}

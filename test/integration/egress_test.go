@@ -24,8 +24,10 @@ const (
 	egDuration = 5 * time.Second
 	egStreams  = 3
 	// Goodput (bulk payload the receiver read) must land within these
-	// fractions of the IP-level limit; the MTU 1500 ceiling is ~0.965.
-	egLow, egHigh = 0.85, 0.97
+	// fractions of the IP-level limit; the MTU 1500 ceiling is ~0.965. The
+	// upper bound is issue 9's bar, 1.03 of the limit in frames on the wire,
+	// in goodput (x 0.965): a limiter that lets a group escape fails it.
+	egLow, egHigh = 0.85, 0.99
 )
 
 // egLab is a testbed with a workload server and a test-specific cgroup tree
@@ -202,7 +204,7 @@ func within(t *testing.T, r *workload.Result, rate string, lo, hi float64) {
 }
 
 // TestEgressLimit: 3 bulk streams under 200mbit and 1gbit limits land within
-// [0.85, 0.97] of the limit, for cubic, cubic with ECN and bbr.
+// [0.85, 0.99] of the limit, for cubic, cubic with ECN and bbr.
 func TestEgressLimit(t *testing.T) {
 	l := egSetup(t, "eglim")
 	group, dir := l.cgroup(t, "w")

@@ -2,7 +2,9 @@ package report
 
 import (
 	"math"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/hbm-dev/hbm/internal/eval/result"
@@ -16,7 +18,10 @@ type scenario struct {
 	Done       []*result.Run // runs with figures
 	Classes    []string      // class keys, first appearance first
 	RPCClasses []string      // the rpc ones, smallest first
+	UDPClasses []string
 	Groups     []string
+	Variants   bool // some run has a variant (a counts dimension)
+	Wire       bool // some run has a group's interface rate (tx_bps)
 }
 
 func done(run *result.Run) bool { return run.Skipped == "" && run.Error == "" }
@@ -33,6 +38,9 @@ func scenarios(r *result.Results) []*scenario {
 			out = append(out, s)
 		}
 		s.Runs = append(s.Runs, run)
+		if run.Variant != "" {
+			s.Variants = true
+		}
 		if done(run) {
 			s.Done = append(s.Done, run)
 		}
@@ -71,9 +79,17 @@ func (s *scenario) index() {
 			}
 			seen["c:"+k] = true
 			s.Classes = append(s.Classes, k)
-			if c.Kind == "rpc" {
+			switch c.Kind {
+			case "rpc":
 				s.RPCClasses = append(s.RPCClasses, k)
 				size[k] = c.SizeBytes
+			case "udp":
+				s.UDPClasses = append(s.UDPClasses, k)
+			}
+		}
+		for _, g := range run.Groups {
+			if g.TxBps > 0 {
+				s.Wire = true
 			}
 		}
 	}
@@ -105,7 +121,126 @@ func group(run *result.Run, name string) *result.Group {
 	return nil
 }
 
-func runLabel(run *result.Run) string { return run.CC + " / " + run.Limiter }
+func runLabel(run *result.Run) string {
+	if run.Variant != "" {
+		return run.Variant + " " + run.CC + " / " + run.Limiter
+	}
+	return run.CC + " / " + run.Limiter
+}
+
+// lead is a table row's first cells: the variant when the scenario has
+// them, the congestion control and the limiter.
+func (s *scenario) lead(run *result.Run) []string {
+	if s.Variants {
+		return []string{run.Variant, run.CC, run.Limiter}
+	}
+	return []string{run.CC, run.Limiter}
+}
+
+func (s *scenario) leadHeader() []string {
+	if s.Variants {
+		return []string{"variant", "cc", "limiter"}
+	}
+	return []string{"cc", "limiter"}
+}
+
+// cell formats pick(run). A run of several repetitions shows the median
+// over its completed repetitions with their minimum and maximum:
+// "190 Mbit/s (180–195 Mbit/s)". pick returns NaN for a missing figure.
+func cell(run *result.Run, pick func(*result.Run) float64, f func(float64) string) string {
+	var vs []float64
+	for i := range run.Repetitions {
+		if r := &run.Repetitions[i]; done(r) {
+			if v := pick(r); !math.IsNaN(v) {
+				vs = append(vs, v)
+			}
+		}
+	}
+	if len(vs) < 2 {
+		return f(pick(run))
+	}
+	return withSpread(result.Median(vs), slices.Min(vs), slices.Max(vs), f)
+}
+
+// withSpread is "MED (MIN–MAX)", the unit written once inside the
+// parentheses when the three share it: "190 Mbit/s (180–195 Mbit/s)",
+// "1.01 (0.95–1.02)".
+func withSpread(med, lo, hi float64, f func(float64) string) string {
+	m, a, b := f(med), f(lo), f(hi)
+	if m == dash {
+		return m
+	}
+	unit := func(x string) string {
+		if i := strings.LastIndexByte(x, ' '); i >= 0 {
+			return x[i:]
+		}
+		return ""
+	}
+	if u := unit(a); u != "" && unit(b) == u {
+		a = strings.TrimSuffix(a, u)
+	}
+	return m + " (" + a + "–" + b + ")"
+}
+
+// wire is the sum of the groups' interface rates (NaN if none has one);
+// share is that over the sum of their limits (NaN unless every group with
+// a rate has a limit).
+func wire(run *result.Run) float64 {
+	sum, n := 0.0, 0
+	for _, g := range run.Groups {
+		if g.TxBps > 0 {
+			sum += g.TxBps
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum
+}
+
+func share(run *result.Run) float64 {
+	var tx, lim float64
+	for _, g := range run.Groups {
+		if g.TxBps > 0 {
+			if g.LimitBps == 0 {
+				return math.NaN()
+			}
+			tx += g.TxBps
+			lim += float64(g.LimitBps)
+		}
+	}
+	if lim == 0 {
+		return math.NaN()
+	}
+	return tx / lim
+}
+
+// classPick reads a figure of the class with key k (NaN without it).
+func (s *scenario) classPick(k string, f func(*result.Class) float64) func(*result.Run) float64 {
+	return func(r *result.Run) float64 {
+		if c := s.class(r, k); c != nil {
+			return f(c)
+		}
+		return math.NaN()
+	}
+}
+
+func latPick(f func(*result.Latency) float64) func(*result.Class) float64 {
+	return func(c *result.Class) float64 {
+		if c.Latency == nil || c.Latency.Count == 0 {
+			return math.NaN()
+		}
+		return f(c.Latency)
+	}
+}
+
+func fmtShare(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return dash
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
 
 // goodput is the run's application throughput: its groups', or its
 // classes' when it has no groups.
@@ -207,7 +342,11 @@ func (s *scenario) tables() []table {
 	if len(s.Done) == 0 {
 		return nil
 	}
-	tp := table{Title: "Throughput", Header: []string{"cc", "limiter", "goodput", "of limit"}}
+	nl := len(s.leadHeader())
+	tp := table{Title: "Throughput", Header: append(s.leadHeader(), "goodput", "of limit")}
+	if s.Wire {
+		tp.Header = append(tp.Header, "wire", "wire share")
+	}
 	if len(s.Groups) > 1 {
 		for _, g := range s.Groups {
 			tp.Header = append(tp.Header, g)
@@ -216,21 +355,36 @@ func (s *scenario) tables() []table {
 	for _, k := range s.Classes {
 		tp.Header = append(tp.Header, k)
 	}
-	tp.Num = numCols(len(tp.Header), 2)
+	tp.Num = numCols(len(tp.Header), nl)
 
-	lt := table{Title: "RPC latency (first byte sent to last byte of the reply)", Header: []string{"cc", "limiter"}}
+	lt := table{Title: "RPC latency (first byte sent to last byte of the reply)", Header: s.leadHeader()}
 	for _, k := range s.RPCClasses {
 		lt.Header = append(lt.Header, k+" RPCs", k+" P50", k+" P99", k+" P99.9")
 	}
-	lt.Num = numCols(len(lt.Header), 2)
+	lt.Num = numCols(len(lt.Header), nl)
 
-	lc := table{Title: "Loss and cost", Header: []string{"cc", "limiter", "retrans", "HBM marks", "HBM cwr", "HBM drops",
-		"qdisc drops", "CPU busy cores", "softirq cores", "BPF ns/pkt", "BPF cores", "BPF cores per Gbit/s", "BPF cores at"}}
-	lc.Num = numCols(len(lc.Header)-1, 2)
+	ut := table{Title: "UDP (offered: what the senders tried; sent: what sendmsg accepted; received: what the sinks counted)", Header: s.leadHeader()}
+	for _, k := range s.UDPClasses {
+		ut.Header = append(ut.Header, k+" offered", k+" sent", k+" received", k+" received of limit", k+" send errors", k+" first error")
+	}
+	ut.Num = numCols(len(ut.Header), nl)
+	for i := range ut.Num {
+		if i >= nl && (i-nl)%6 == 5 {
+			ut.Num[i] = false
+		}
+	}
+
+	lc := table{Title: "Loss and cost", Header: append(s.leadHeader(), "retrans", "HBM marks", "HBM cwr", "HBM drops",
+		"qdisc drops", "CPU busy cores", "softirq cores", "BPF ns/pkt", "BPF cores", "BPF cores per Gbit/s", "BPF cores at")}
+	lc.Num = numCols(len(lc.Header)-1, nl)
 	lc.Num = append(lc.Num, false)
 
 	for _, run := range s.Done {
-		row := []string{run.CC, run.Limiter, fmtRate(goodput(run)), fmtPct(ofLimit(goodput(run), limit(run)))}
+		row := append(s.lead(run), cell(run, goodput, fmtRate),
+			cell(run, func(r *result.Run) float64 { return ofLimit(goodput(r), limit(r)) }, fmtPct))
+		if s.Wire {
+			row = append(row, cell(run, wire, fmtRate), cell(run, share, fmtShare))
+		}
 		if len(s.Groups) > 1 {
 			for _, name := range s.Groups {
 				g := group(run, name)
@@ -238,23 +392,34 @@ func (s *scenario) tables() []table {
 					row = append(row, dash)
 					continue
 				}
-				cell := fmtRate(g.GoodputBps)
-				if g.LimitBps > 0 {
-					cell += " (" + fmtPct(ofLimit(g.GoodputBps, g.LimitBps)) + ")"
+				pick := func(f func(*result.Group) float64) func(*result.Run) float64 {
+					return func(r *result.Run) float64 {
+						if g := group(r, name); g != nil {
+							return f(g)
+						}
+						return math.NaN()
+					}
 				}
-				row = append(row, cell)
+				c := cell(run, pick(func(g *result.Group) float64 { return g.GoodputBps }), fmtRate)
+				if g.LimitBps > 0 {
+					c += ", " + cell(run, pick(func(g *result.Group) float64 { return ofLimit(g.GoodputBps, g.LimitBps) }), fmtPct)
+				}
+				if g.Share > 0 {
+					c += ", wire " + cell(run, pick(func(g *result.Group) float64 { return g.Share }), fmtShare)
+				}
+				row = append(row, c)
 			}
 		}
 		for _, k := range s.Classes {
 			if c := s.class(run, k); c != nil {
-				row = append(row, fmtRate(c.GoodputBps))
+				row = append(row, cell(run, s.classPick(k, func(c *result.Class) float64 { return c.GoodputBps }), fmtRate))
 			} else {
 				row = append(row, dash)
 			}
 		}
 		tp.add(row...)
 
-		row = []string{run.CC, run.Limiter}
+		row = s.lead(run)
 		for _, k := range s.RPCClasses {
 			c := s.class(run, k)
 			rpcs := dash
@@ -262,11 +427,54 @@ func (s *scenario) tables() []table {
 				rpcs = fmtCount(uint64(max(c.RPCs, 0)))
 			}
 			row = append(row, rpcs,
-				lat(c, func(l *result.Latency) float64 { return l.P50 }),
-				lat(c, func(l *result.Latency) float64 { return l.P99 }),
-				lat(c, func(l *result.Latency) float64 { return l.P999 }))
+				cell(run, s.classPick(k, latPick(func(l *result.Latency) float64 { return l.P50 })), fmtDur),
+				cell(run, s.classPick(k, latPick(func(l *result.Latency) float64 { return l.P99 })), fmtDur),
+				cell(run, s.classPick(k, latPick(func(l *result.Latency) float64 { return l.P999 })), fmtDur))
 		}
 		lt.add(row...)
+
+		row = s.lead(run)
+		for _, k := range s.UDPClasses {
+			c := s.class(run, k)
+			if c == nil {
+				row = append(row, dash, dash, dash, dash, dash, dash)
+				continue
+			}
+			recvOf := func(r *result.Run) float64 {
+				c := s.class(r, k)
+				if c == nil {
+					return math.NaN()
+				}
+				if g := group(r, c.Group); g != nil && g.LimitBps > 0 {
+					return c.GoodputBps / float64(g.LimitBps)
+				}
+				return math.NaN()
+			}
+			first := c.SendError
+			for i := range run.Repetitions {
+				if first == "" {
+					if rc := s.class(&run.Repetitions[i], k); rc != nil {
+						first = rc.SendError
+					}
+				}
+			}
+			if first == "" {
+				first = dash
+			}
+			row = append(row,
+				cell(run, s.classPick(k, func(c *result.Class) float64 { return c.OfferedBps }), fmtRate),
+				cell(run, s.classPick(k, func(c *result.Class) float64 { return c.SentBps }), fmtRate),
+				cell(run, s.classPick(k, func(c *result.Class) float64 { return c.GoodputBps }), fmtRate),
+				cell(run, recvOf, fmtShare),
+				cell(run, s.classPick(k, func(c *result.Class) float64 { return float64(c.SendErrors) }), func(v float64) string {
+					if math.IsNaN(v) {
+						return dash
+					}
+					return fmtCount(uint64(math.Round(v)))
+				}),
+				first)
+		}
+		ut.add(row...)
 
 		n := count(run)
 		bpf := []string{dash, dash, dash, dash}
@@ -282,12 +490,15 @@ func (s *scenario) tables() []table {
 				bpf[3] = dash
 			}
 		}
-		lc.add(append([]string{run.CC, run.Limiter, fmtCount(n.Retrans), fmtCount(n.Marked), fmtCount(n.CWR),
-			fmtCount(n.HBMDrops), fmtCount(n.QdiscDrops), fmtFloat(run.CPU.BusyCores), fmtFloat(run.CPU.SoftirqCores)}, bpf...)...)
+		lc.add(append(append(s.lead(run), fmtCount(n.Retrans), fmtCount(n.Marked), fmtCount(n.CWR),
+			fmtCount(n.HBMDrops), fmtCount(n.QdiscDrops), fmtFloat(run.CPU.BusyCores), fmtFloat(run.CPU.SoftirqCores)), bpf...)...)
 	}
 	out := []table{tp}
 	if len(s.RPCClasses) > 0 {
 		out = append(out, lt)
+	}
+	if len(s.UDPClasses) > 0 {
+		out = append(out, ut)
 	}
 	return append(out, lc)
 }

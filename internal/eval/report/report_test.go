@@ -470,13 +470,13 @@ func TestSummary(t *testing.T) {
 		t.Fatalf("%d lines:\n%s", len(lines), s)
 	}
 	fields := strings.Fields(lines[0])
-	if !slices.Equal(fields, []string{"SCENARIO", "CC", "LIMITER", "GOODPUT", "OF", "LIMIT", "RPC-10KB", "P99", "RETRANS", "HBM", "DROPS", "QDISC", "DROPS", "DIAGNOSES"}) {
+	if !slices.Equal(fields, []string{"SCENARIO", "CC", "LIMITER", "GOODPUT", "OF", "LIMIT", "RPC-10KB", "P50", "RPC-10KB", "P99", "RETRANS", "HBM", "DROPS", "QDISC", "DROPS", "DIAGNOSES"}) {
 		t.Errorf("header %q", fields)
 	}
 	for _, want := range [][]string{
-		{"egress-200m", "cubic-ecn", "hbm", "189", "Mbit/s", "94.7%", "3.90", "ms", "14", "12", "0", "2"},
-		{"incast", "cubic", "none", "1.93", "Gbit/s", "–", "4.10", "ms", "41,700", "0", "8,000", "0"},
-		{"incast", "dctcp", "hbm", "skipped", "–", "–", "–", "–", "–", "–"},
+		{"egress-200m", "cubic-ecn", "hbm", "189", "Mbit/s", "94.7%", "850", "µs", "3.90", "ms", "14", "12", "0", "2"},
+		{"incast", "cubic", "none", "1.93", "Gbit/s", "–", "900", "µs", "4.10", "ms", "41,700", "0", "8,000", "0"},
+		{"incast", "dctcp", "hbm", "skipped", "–", "–", "–", "–", "–", "–", "–"},
 	} {
 		found := false
 		for _, l := range lines {
@@ -556,4 +556,110 @@ func TestWriteFiles(t *testing.T) {
 		}
 	}
 	t.Logf("reports in %s", dir)
+}
+
+// repRun is one repetition of a many-flows run: 16 streams and a 10 KB RPC
+// loop in group work, limited to 200 Mbit/s, and a UDP class.
+func repRun(limiter string, goodput, share, p50, p99 float64, udpErrs uint64) result.Run {
+	r := result.Run{
+		Scenario: "many-flows-200m", Variant: "stream=16", CC: "cubic", Limiter: limiter, DurationSec: 2,
+		Groups: []result.Group{{Name: "work", Dir: "egress", LimitBps: 200e6, GoodputBps: goodput, TxBps: share * 200e6, Share: share}},
+		Classes: []result.Class{
+			{Name: "stream", Group: "work", Kind: "stream", Flows: 16, GoodputBps: goodput - 10e6},
+			{Name: "rpc-10KB", Group: "work", Kind: "rpc", SizeBytes: 10240, Flows: 1, GoodputBps: 2e6, RPCs: 1000,
+				Latency: &result.Latency{Count: 1000, P50: p50, P90: p50, P99: p99, P999: p99, Max: p99}},
+			{Name: "udp", Group: "work", Kind: "udp", SizeBytes: 1472, Flows: 1, GoodputBps: 8e6,
+				OfferedBps: 2e9, SentBps: 1e7, SendErrors: udpErrs},
+		},
+	}
+	if udpErrs > 0 {
+		r.Classes[2].SendError = "operation not permitted"
+	}
+	return r
+}
+
+// TestRepetitions renders runs of three repetitions: every figure as its
+// median with the min–max, in report.md, the summary and results.json.
+func TestRepetitions(t *testing.T) {
+	r := &result.Results{Version: result.Version, Runs: []result.Run{
+		result.Aggregate([]result.Run{
+			repRun("hbm", 500e6, 2.59, 2000, 9000, 100),
+			repRun("hbm", 520e6, 2.70, 1500, 30000, 300),
+			repRun("hbm", 480e6, 2.40, 4000, 12000, 200),
+		}),
+		result.Aggregate([]result.Run{
+			repRun("htb", 190e6, 1.00, 20000, 40000, 0),
+			repRun("htb", 188e6, 0.98, 21000, 45000, 0),
+			{Scenario: "many-flows-200m", Variant: "stream=16", CC: "cubic", Limiter: "htb", Error: "client silent"},
+		}),
+		{Scenario: "many-flows-200m", Variant: "stream=64", CC: "cubic", Limiter: "htb", Skipped: "no reason"},
+	}}
+	DiagnoseAll(r)
+	md := render(t, WriteMarkdown, r)
+	for _, want := range []string{
+		"| variant | cc | limiter | goodput | of limit | wire | wire share | stream | rpc-10KB | udp |",
+		// goodput, of limit, wire, wire share: medians and min–max
+		"| stream=16 | cubic | hbm | 500 Mbit/s (480–520 Mbit/s) | 250% (240%–260%) | 518 Mbit/s (480–540 Mbit/s) | 2.59 (2.40–2.70) |",
+		// two completed of three: the median is their mean
+		"| stream=16 | cubic | htb | 189 Mbit/s (188–190 Mbit/s) | 94.5% (94.0%–95.0%) | 198 Mbit/s (196–200 Mbit/s) | 0.99 (0.98–1.00) |",
+		"| stream=16 | cubic | hbm | 1,000 | 2.00 ms (1.50–4.00 ms) | 12.0 ms (9.00–30.0 ms) |",
+		"| stream=16 | cubic | htb | 1,000 | 20.5 ms (20.0–21.0 ms) | 42.5 ms (40.0–45.0 ms) |",
+		"| variant | cc | limiter | udp offered | udp sent | udp received | udp received of limit | udp send errors | udp first error |",
+		"| stream=16 | cubic | hbm | 2.00 Gbit/s (2.00–2.00 Gbit/s) | 10.0 Mbit/s (10.0–10.0 Mbit/s) | 8.00 Mbit/s (8.00–8.00 Mbit/s) | 0.04 (0.04–0.04) | 200 (100–300) | operation not permitted |",
+		"| stream=16 | cubic | htb | 2.00 Gbit/s (2.00–2.00 Gbit/s) | 10.0 Mbit/s (10.0–10.0 Mbit/s) | 8.00 Mbit/s (8.00–8.00 Mbit/s) | 0.04 (0.04–0.04) | 0 (0–0) | – |",
+		"- stream=16 cubic / hbm: work goodput 500 Mbit/s is 250% of its 200 Mbit/s limit: the hbm limit does not hold",
+		"- stream=64 cubic / htb: skipped: no reason",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(md)
+	}
+	sum := render(t, WriteSummary, r)
+	lines := strings.Split(strings.TrimSpace(sum), "\n")
+	if h := strings.Join(strings.Fields(lines[0]), " "); h != "SCENARIO VARIANT CC LIMITER GOODPUT OF LIMIT WIRE SHARE RPC-10KB P50 RPC-10KB P99 UDP SEND ERRORS RETRANS HBM DROPS QDISC DROPS DIAGNOSES" {
+		t.Errorf("summary header %q", h)
+	}
+	for _, want := range []string{
+		"many-flows-200m stream=16 cubic hbm 500 Mbit/s (480–520 Mbit/s) 250% (240%–260%) 2.59 (2.40–2.70) 2.00 ms (1.50–4.00 ms) 12.0 ms (9.00–30.0 ms) 200 (100–300) 0 0 0 1",
+		"many-flows-200m stream=16 cubic htb 189 Mbit/s (188–190 Mbit/s) 94.5% (94.0%–95.0%) 0.99 (0.98–1.00) 20.5 ms (20.0–21.0 ms) 42.5 ms (40.0–45.0 ms) 0 (0–0) 0 0 0 0",
+		"many-flows-200m stream=64 cubic htb skipped – – – – – – – – –",
+	} {
+		found := false
+		for _, l := range lines {
+			found = found || strings.Join(strings.Fields(l), " ") == want
+		}
+		if !found {
+			t.Errorf("summary lacks %q:\n%s", want, sum)
+		}
+	}
+	page := render(t, WriteHTML, r)
+	wellFormed(t, page)
+	if !strings.Contains(page, "2.59 (2.40–2.70)") {
+		t.Error("report.html lacks the share's spread")
+	}
+	// results.json: the medians, the spread and the repetitions.
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back result.Results
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	hbm := back.Runs[0]
+	if hbm.Groups[0].Share != 2.59 || len(hbm.Repetitions) != 3 || hbm.Repetitions[2].Groups[0].Share != 2.40 {
+		t.Errorf("results.json run %+v", hbm)
+	}
+	if s := hbm.Stat("groups/work/share"); s == nil || s.Min != 2.40 || s.Max != 2.70 || s.Median != 2.59 {
+		t.Errorf("spread of the share %+v", s)
+	}
+	if s := hbm.Stat("classes/work/udp/send_errors"); s == nil || s.Median != 200 || s.Min != 100 || s.Max != 300 {
+		t.Errorf("spread of the UDP send errors %+v", s)
+	}
+	if back.Version != 2 {
+		t.Errorf("schema version %d", back.Version)
+	}
 }

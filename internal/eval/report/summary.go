@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -10,7 +11,9 @@ import (
 )
 
 // WriteSummary writes the terminal table printed at the end of `hbm eval`:
-// one line per run, then the runs that did not happen and why.
+// one line per run, then the runs that did not happen and why. A run of
+// several repetitions shows medians with their min–max. The variant, wire
+// share and UDP send error columns appear when some run has them.
 func WriteSummary(w io.Writer, r *result.Results) error {
 	// The latency column is the smallest RPC class's, named after it when
 	// every run agrees on the name (rpc-10KB in the built-in scenarios).
@@ -28,6 +31,15 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 	if p99 == "" {
 		p99 = "RPC"
 	}
+	var variants, wired, udp bool
+	for i := range r.Runs {
+		run := &r.Runs[i]
+		variants = variants || run.Variant != ""
+		wired = wired || !math.IsNaN(share(run))
+		for _, c := range run.Classes {
+			udp = udp || c.Kind == "udp"
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(cells ...string) {
 		for i, c := range cells {
@@ -35,23 +47,74 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 		}
 		fmt.Fprintf(tw, "%s\n", strings.Join(cells, "\t"))
 	}
-	row("SCENARIO", "CC", "LIMITER", "GOODPUT", "OF LIMIT", strings.ToUpper(p99)+" P99", "RETRANS", "HBM DROPS", "QDISC DROPS", "DIAGNOSES")
+	// Columns: lead, figures, counters.
+	lead := func(run *result.Run) []string {
+		if variants {
+			v := run.Variant
+			if v == "" {
+				v = dash
+			}
+			return []string{run.Scenario, v, run.CC, run.Limiter}
+		}
+		return []string{run.Scenario, run.CC, run.Limiter}
+	}
+	head := []string{"SCENARIO", "CC", "LIMITER"}
+	if variants {
+		head = []string{"SCENARIO", "VARIANT", "CC", "LIMITER"}
+	}
+	head = append(head, "GOODPUT", "OF LIMIT")
+	if wired {
+		head = append(head, "WIRE SHARE")
+	}
+	head = append(head, strings.ToUpper(p99)+" P50", strings.ToUpper(p99)+" P99")
+	if udp {
+		head = append(head, "UDP SEND ERRORS")
+	}
+	head = append(head, "RETRANS", "HBM DROPS", "QDISC DROPS", "DIAGNOSES")
+	row(head...)
 	var notDone []string
 	for i := range r.Runs {
 		run := &r.Runs[i]
+		cells := lead(run)
 		if !done(run) {
 			why := "skipped"
 			if run.Skipped == "" {
 				why = "failed"
 			}
-			row(run.Scenario, run.CC, run.Limiter, why, dash, dash, dash, dash, dash, dash)
+			cells = append(cells, why)
+			for len(cells) < len(head) {
+				cells = append(cells, dash)
+			}
+			row(cells...)
 			notDone = append(notDone, fmt.Sprintf("%s %s: %s: %s", run.Scenario, runLabel(run), why, run.Skipped+run.Error))
 			continue
 		}
 		n := count(run)
-		row(run.Scenario, run.CC, run.Limiter, fmtRate(goodput(run)), fmtPct(ofLimit(goodput(run), limit(run))),
-			lat(smallestRPC(run), func(l *result.Latency) float64 { return l.P99 }),
-			fmtCount(n.Retrans), fmtCount(n.HBMDrops), fmtCount(n.QdiscDrops), fmt.Sprint(len(run.Diagnoses)))
+		small := func(f func(*result.Latency) float64) func(*result.Run) float64 {
+			return func(r *result.Run) float64 {
+				if c := smallestRPC(r); c != nil && c.Latency != nil && c.Latency.Count > 0 {
+					return f(c.Latency)
+				}
+				return math.NaN()
+			}
+		}
+		cells = append(cells, cell(run, goodput, fmtRate),
+			cell(run, func(r *result.Run) float64 { return ofLimit(goodput(r), limit(r)) }, fmtPct))
+		if wired {
+			cells = append(cells, cell(run, share, fmtShare))
+		}
+		cells = append(cells, cell(run, small(func(l *result.Latency) float64 { return l.P50 }), fmtDur),
+			cell(run, small(func(l *result.Latency) float64 { return l.P99 }), fmtDur))
+		if udp {
+			cells = append(cells, cell(run, udpErrors, func(v float64) string {
+				if math.IsNaN(v) {
+					return dash
+				}
+				return fmtCount(uint64(math.Round(v)))
+			}))
+		}
+		cells = append(cells, fmtCount(n.Retrans), fmtCount(n.HBMDrops), fmtCount(n.QdiscDrops), fmt.Sprint(len(run.Diagnoses)))
+		row(cells...)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -62,4 +125,19 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 		}
 	}
 	return nil
+}
+
+// udpErrors is the run's failed UDP sends, NaN without UDP classes.
+func udpErrors(run *result.Run) float64 {
+	sum, any := 0.0, false
+	for _, c := range run.Classes {
+		if c.Kind == "udp" {
+			sum += float64(c.SendErrors)
+			any = true
+		}
+	}
+	if !any {
+		return math.NaN()
+	}
+	return sum
 }

@@ -7,7 +7,12 @@ package result
 import "time"
 
 // Version is the results.json schema version; bump it on incompatible changes.
-const Version = 1
+//
+// 2: runs[].variant, runs[].repetitions and runs[].spread (hbm eval --runs:
+// a run's figures are the medians of its repetitions), groups[].tx_bps and
+// share, classes[] of kind udp (offered_bps, sent_bps, send_errors,
+// send_error, datagrams).
+const Version = 2
 
 // Results is one `hbm eval` invocation: the machine it ran on and every run.
 type Results struct {
@@ -37,6 +42,9 @@ type Run struct {
 	Scenario string `json:"scenario"`
 	CC       string `json:"cc"`      // cubic, cubic-ecn, dctcp, bbr
 	Limiter  string `json:"limiter"` // hbm, htb, tbf, none
+	// Variant is the value of the scenario's counts dimension, e.g.
+	// "stream=16" (a flow's counts: one run per count); "" without one.
+	Variant string `json:"variant,omitempty"`
 	// Skipped says why the run did not happen (e.g. "dctcp not installable");
 	// Error says why it failed. A skipped or failed run has no figures.
 	Skipped     string  `json:"skipped,omitempty"`
@@ -57,7 +65,24 @@ type Run struct {
 	// warnings of the workload clients, missing statistics.
 	Notes []string `json:"notes,omitempty"`
 
+	// Repetitions are the runs of hbm eval --runs N (N > 1), each as
+	// measured. The run's own figures are then the medians over the
+	// completed repetitions (see Aggregate), and Spread gives the median,
+	// minimum and maximum of the headline figures.
+	Repetitions []Run  `json:"repetitions,omitempty"`
+	Spread      []Stat `json:"spread,omitempty"`
+
 	Capture *Capture `json:"capture,omitempty"` // hbm eval --capture
+}
+
+// Stat is one figure over a run's completed repetitions. Names are paths:
+// "goodput_bps", "groups/work/share", "classes/work/rpc-10KB/p99_us".
+type Stat struct {
+	Name   string  `json:"name"`
+	N      int     `json:"n"`
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
 }
 
 // Capture is a run's packet capture (hbm eval --capture): the measurement
@@ -80,16 +105,22 @@ type Group struct {
 	LimitBps   uint64  `json:"limit_bps,omitempty"` // 0: unlimited
 	GoodputBps float64 `json:"goodput_bps"`         // application bytes, all classes
 	WireBps    float64 `json:"wire_bps,omitempty"`  // HBM's byte counter, headers included
-	Marked     uint64  `json:"marked"`              // HBM CE marks
-	CWR        uint64  `json:"cwr"`                 // HBM congestion return codes
-	Dropped    uint64  `json:"dropped"`             // HBM drops
+	// TxBps is what the sender's interface transmitted (its tx_bytes,
+	// Ethernet headers included), when the group is the only one sending
+	// through it; Share is TxBps / LimitBps (a limit held exactly on IP
+	// bytes reads about 1.01 with full-size frames).
+	TxBps   float64 `json:"tx_bps,omitempty"`
+	Share   float64 `json:"share,omitempty"`
+	Marked  uint64  `json:"marked"`  // HBM CE marks
+	CWR     uint64  `json:"cwr"`     // HBM congestion return codes
+	Dropped uint64  `json:"dropped"` // HBM drops
 }
 
 // Class is one kind of flow in one group: an RPC size or a stream.
 type Class struct {
 	Name       string  `json:"name"` // e.g. "rpc-10KB", "rpc-1MB", "stream"
 	Group      string  `json:"group"`
-	Kind       string  `json:"kind"` // rpc or stream
+	Kind       string  `json:"kind"` // rpc, stream or udp
 	SizeBytes  int     `json:"size_bytes,omitempty"`
 	Flows      int     `json:"flows"`
 	GoodputBps float64 `json:"goodput_bps"`
@@ -104,6 +135,16 @@ type Class struct {
 	// InFlightMaxUs is the age of the oldest request still unanswered when
 	// the window closed: a stalled RPC shows here, not in Latency.
 	InFlightMaxUs float64 `json:"inflight_max_us,omitempty"`
+
+	// UDP classes: GoodputBps is what the receivers counted; OfferedBps what
+	// the senders tried to send, SentBps what sendmsg accepted (payload
+	// bits/s), SendErrors the failed sends and SendError the first one's text
+	// (e.g. "operation not permitted"); Datagrams those received.
+	OfferedBps float64 `json:"offered_bps,omitempty"`
+	SentBps    float64 `json:"sent_bps,omitempty"`
+	SendErrors uint64  `json:"send_errors,omitempty"`
+	SendError  string  `json:"send_error,omitempty"`
+	Datagrams  uint64  `json:"datagrams,omitempty"`
 }
 
 // Latency is an HDR histogram's summary, in microseconds.

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* HBM's data plane: one object, loaded once and pinned, whose programs serve
+ * every limited group.
+ *
+ * hbm_egress, hbm_ingress (cgroup_skb) are attached to the topmost limited
+ * groups only (user space keeps it so: a limited group below an attached one
+ * is served by its ancestor's attachment), so each packet runs each program
+ * once; it finds the limits on its socket's cgroup path itself (policy.h).
+ * hbm_egress is loaded with the egress expected attach type so that it may
+ * return the congestion code (values 2 and 3).
+ * hbm_pace_ops, hbm_rxwin_ops (sockops) are the assists (pacing.h, rxwin.h),
+ * attached beside them. hbm_sockets (iter/tcp) is the socket walker. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "hbm.h"
+#include "maps.h"
+#include "policy.h"
+#include "pacing.h"
+#include "rxwin.h"
+#include "sockets.h"
+
+SEC("cgroup_skb/egress")
+int hbm_egress(struct __sk_buff *skb)
+{
+	struct verdict v = { .dir = HBM_DIR_EGRESS, .packets_out = ~0U };
+	struct hbm_sock *s = NULL;
+	struct bpf_tcp_sock *tp;
+	struct bpf_sock *sk;
+
+	pkt_parse(skb, &v.p);
+	v.now = bpf_ktime_get_ns();
+	sk = skb->sk;
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	if (sk && v.p.is_tcp) {
+		tp = bpf_tcp_sock(sk);
+		if (tp)
+			v.packets_out = tp->packets_out;
+		/* Assist state for TCP sockets that send data. */
+		if (tp && v.p.payload)
+			s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (s) {
+			v.fresh = flow_fresh(&v.p, s, v.now);
+			v.counted = 1;
+		}
+	}
+	police_path(skb, &v);
+	if (s) {
+		s->want_Bps = v.want_Bps;
+		s->rate_Bps = v.rate_Bps;
+	}
+	if (v.drop)
+		return HBM_RET_DROP_CN;
+	return v.cn ? HBM_RET_PASS_CN : HBM_RET_PASS;
+}
+
+SEC("cgroup_skb/ingress")
+int hbm_ingress(struct __sk_buff *skb)
+{
+	struct verdict v = { .dir = HBM_DIR_INGRESS, .packets_out = ~0U };
+	struct bpf_tcp_sock *tp = NULL;
+	struct hbm_sock *s = NULL;
+	struct bpf_sock *sk;
+
+	pkt_parse(skb, &v.p);
+	v.now = bpf_ktime_get_ns();
+	sk = skb->sk;
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	if (sk && v.p.is_tcp) {
+		tp = bpf_tcp_sock(sk);
+		if (tp && v.p.payload)
+			s = bpf_sk_storage_get(&hbm_rx_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (s)
+			v.counted = 1;
+	}
+	if (v.p.is_tcp)
+		v.protected = rx_protected(&v.p, tp, s, v.now);
+	police_path(skb, &v);
+	if (s)
+		s->want_Bps = v.want_Bps;
+	if (!v.drop)
+		return HBM_RET_PASS;
+	if (s) {
+		s->hole_ns = v.now ? v.now : 1;
+		s->hole_end = v.p.seq + v.p.payload;
+	}
+	return HBM_RET_DROP;
+}
+
+SEC("sockops")
+int hbm_pace_ops(struct bpf_sock_ops *skops)
+{
+	return hbm_pace(skops);
+}
+
+SEC("sockops")
+int hbm_rxwin_ops(struct bpf_sock_ops *skops)
+{
+	return hbm_rxwin(skops);
+}
+
+SEC("iter/tcp")
+int hbm_sockets(struct bpf_iter__tcp *ctx)
+{
+	return hbm_walk(ctx);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

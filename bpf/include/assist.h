@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The skeleton both assists and the socket walker share: what a socket's
+ * assist state (struct hbm_sock) means, how an assist applies its want to a
+ * socket without undoing what the socket's owner chose, and how it lets go.
+ *
+ * The data-plane programs (policy.h) write want_Bps on every packet; the
+ * sockops programs (pacing.h, rxwin.h) apply it; the walker (sockets.h)
+ * reaches sockets that send nothing. Include after vmlinux.h. */
+#ifndef HBM_ASSIST_H
+#define HBM_ASSIST_H
+
+#include "hbm.h"
+#include "maps.h"
+#include "tcp.h"
+
+#define PACE_UNLIMITED_OPT 0xffffffffU   /* SO_MAX_PACING_RATE: no limit */
+#define PACE_UNLIMITED     (~0UL)        /* ... as the kernel holds it */
+#define PACE_MAX_BPS       0xfffffffeULL /* the option is 32-bit bytes per second */
+#define RXWIN_MAX          (64U << 20)   /* a window clamp that clamps nothing */
+
+/* pace_set makes the socket's pacing cap want (0: none), unless the cap the
+ * socket has is within 1/32 of it, or is lower and not HBM's (the socket's
+ * owner capped itself lower: that stays). A cap above want is lowered
+ * whoever set it: a workload cannot lift its group's cap. Returns 1 if it
+ * changed the socket. ctx is the sockops or iterator context. */
+static __always_inline int pace_set(void *ctx, struct tcp_sock *tp, struct hbm_sock *s, __u64 want)
+{
+	__u64 cur = tp_max_pacing_rate(tp), target = PACE_UNLIMITED;
+	__u32 val = PACE_UNLIMITED_OPT;
+
+	if (want && want <= PACE_MAX_BPS) {
+		target = want;
+		val = (__u32)want;
+	}
+	if (target == cur)
+		return 0;
+	if (target != PACE_UNLIMITED && cur != PACE_UNLIMITED &&
+	    target <= cur + (cur >> 5) && target + (target >> 5) >= cur)
+		return 0;
+	if (target > cur && cur != s->applied)
+		return 0;
+	if (bpf_setsockopt(ctx, SOL_SOCKET, SO_MAX_PACING_RATE_OPT, &val, sizeof(val)))
+		return 0;
+	s->applied = target;
+	return 1;
+}
+
+/* clamp_lift lifts the receive-window clamp HBM set, if any. */
+static __always_inline int clamp_lift(void *ctx, struct hbm_sock *s)
+{
+	__u32 val = RXWIN_MAX;
+
+	if (!s->applied)
+		return 0;
+	if (bpf_setsockopt(ctx, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val)))
+		return 0;
+	s->applied = 0;
+	return 1;
+}
+
+#endif /* HBM_ASSIST_H */

@@ -1,0 +1,211 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/cgroup"
+)
+
+// Attachments. The programs find every limit on a socket's cgroup path
+// themselves, so one attachment serves a whole subtree: they are attached
+// (with a pinned link) to the topmost limited groups only. A limited group
+// inside an attached one has no link of its own; when the outer limit goes,
+// the inner groups get theirs before the outer link is removed, and when an
+// outer limit comes, its link is made before the inner ones go. Either way a
+// packet may briefly be charged twice, never not at all.
+
+func (m *Manager) linkPath(id uint64, d Direction) string {
+	return filepath.Join(m.dir, linksDir, fmt.Sprintf("%d-%s", id, d))
+}
+
+func (m *Manager) hasLink(id uint64, d Direction) bool {
+	_, err := os.Lstat(m.linkPath(id, d))
+	return err == nil
+}
+
+// dirID is the cgroup id of the group at dir (0 if it cannot be read).
+func dirID(dir string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// coveredBy returns the id of the group whose attachment serves g's
+// direction d: g's own, or its nearest attached ancestor's; 0 if none.
+func (m *Manager) coveredBy(g cgroup.Group, d Direction) uint64 {
+	for dir := g.Dir; ; dir = filepath.Dir(dir) {
+		if id := dirID(dir); id != 0 && m.hasLink(id, d) {
+			return id
+		}
+		if dir == m.mount || dir == "/" || dir == "." {
+			return 0
+		}
+	}
+}
+
+// attach attaches direction d's program and assist to g, with links pinned
+// at linkPath(g.ID, d) and -sockops. Either link already there is kept.
+func (m *Manager) attach(g cgroup.Group, d Direction) error {
+	p, err := m.programs()
+	if err != nil {
+		return err
+	}
+	prog, assist, hook := p.HbmEgress, p.HbmPaceOps, ebpf.AttachCGroupInetEgress
+	if d == Ingress {
+		prog, assist, hook = p.HbmIngress, p.HbmRxwinOps, ebpf.AttachCGroupInetIngress
+	}
+	lp := m.linkPath(g.ID, d)
+	for _, a := range []struct {
+		path string
+		hook ebpf.AttachType
+		prog *ebpf.Program
+	}{{lp, hook, prog}, {lp + "-sockops", ebpf.AttachCGroupSockOps, assist}} {
+		if _, err := os.Lstat(a.path); err == nil {
+			continue
+		}
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: g.Dir, Attach: a.hook, Program: a.prog})
+		if err != nil {
+			return fmt.Errorf("attach %v program to %s: %w", d, g.Dir, err)
+		}
+		err = l.Pin(a.path)
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("pin link for %s at %s: %w", g, a.path, err)
+		}
+		m.step("attached " + filepath.Base(a.path))
+	}
+	return nil
+}
+
+// detach removes the links of (id, d): the sockops assist's last, so a
+// socket sees its want go to zero before its assist goes.
+func (m *Manager) detach(id uint64, d Direction) error {
+	lp := m.linkPath(id, d)
+	for _, path := range []string{lp, lp + "-sockops"} {
+		if err := unpinLink(path); err != nil {
+			return err
+		}
+		m.step("detached " + filepath.Base(path))
+	}
+	return nil
+}
+
+func unpinLink(path string) error {
+	l, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = l.Unpin()
+		l.Close()
+	} else {
+		err = os.Remove(path) // not a link we can load: still ours to remove
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove link %s: %w", path, err)
+	}
+	return nil
+}
+
+// linkGone reports whether the pinned link of (id, d) is attached to a group
+// that was removed: the link's own cgroup id reads 0. Only that proves a group
+// gone; failing to resolve an id (no CAP_DAC_READ_SEARCH, a cgroup
+// namespace) proves nothing.
+func (m *Manager) linkGone(id uint64, d Direction) bool {
+	l, err := link.LoadPinnedLink(m.linkPath(id, d), nil)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return false
+	}
+	cg := info.Cgroup()
+	return cg != nil && cg.CgroupId == 0
+}
+
+// cover makes sure g's limit on d is served: attached at g unless an
+// ancestor's attachment serves it, and then no attachment below g left to
+// run the programs a second time.
+func (m *Manager) cover(g cgroup.Group, d Direction) error {
+	if m.coveredBy(g, d) != 0 {
+		return nil
+	}
+	if err := m.attach(g, d); err != nil {
+		return err
+	}
+	return m.walkBelow(g, func(sub cgroup.Group) (bool, error) {
+		if m.hasLink(sub.ID, d) {
+			return true, m.detach(sub.ID, d)
+		}
+		return false, nil
+	})
+}
+
+// uncover prepares g's attachment on d to go: every limited group below g
+// that it served gets an attachment of its own (the topmost ones).
+func (m *Manager) uncover(g cgroup.Group, d Direction) error {
+	return m.walkBelow(g, func(sub cgroup.Group) (bool, error) {
+		if m.hasLink(sub.ID, d) {
+			return true, nil // serves its own subtree already
+		}
+		if !m.limited(sub.ID, d) {
+			return false, nil
+		}
+		return true, m.attach(sub, d)
+	})
+}
+
+func (m *Manager) limited(id uint64, d Direction) bool {
+	var c hbmHbmConfig
+	k := key(id, d)
+	return m.st.limits.Lookup(&k, &c) == nil
+}
+
+// walkBelow calls fn on every group below g, parents before children; fn's
+// true skips the group's subtree.
+func (m *Manager) walkBelow(g cgroup.Group, fn func(cgroup.Group) (bool, error)) error {
+	const maxGroups = 1 << 20 // bound the walk
+	n := 0
+	return filepath.WalkDir(g.Dir, func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			if p == g.Dir {
+				return err
+			}
+			return nil // a group removed under us
+		}
+		if !de.IsDir() || p == g.Dir {
+			return nil
+		}
+		if n++; n > maxGroups {
+			return fmt.Errorf("more than %d groups below %s", maxGroups, g)
+		}
+		rel := g.Rel + p[len(g.Dir):]
+		if g.Rel == "/" {
+			rel = p[len(g.Dir):]
+		}
+		sub := cgroup.Group{Dir: p, Rel: rel, ID: dirID(p)}
+		if sub.ID == 0 {
+			return fs.SkipDir
+		}
+		skip, err := fn(sub)
+		if err != nil {
+			return err
+		}
+		if skip {
+			return fs.SkipDir
+		}
+		return nil
+	})
+}

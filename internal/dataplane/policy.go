@@ -1,0 +1,133 @@
+package dataplane
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hbm-dev/hbm/internal/rate"
+)
+
+// Direction is the traffic direction a limit applies to.
+type Direction uint32
+
+const (
+	Egress  = Direction(hbmHbmDirHBM_DIR_EGRESS)
+	Ingress = Direction(hbmHbmDirHBM_DIR_INGRESS)
+)
+
+// Directions lists both, in the order commands report them.
+var Directions = []Direction{Egress, Ingress}
+
+func (d Direction) String() string {
+	switch d {
+	case Egress:
+		return "egress"
+	case Ingress:
+		return "ingress"
+	}
+	return "direction(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Limit is what a user sets on one direction of one group.
+type Limit struct {
+	Rate       rate.Rate
+	Thresholds rate.Thresholds // zero value: rate.Default(Rate)
+	Loopback   bool            // police loopback traffic too
+	NoDrop     bool            // mark only, never drop
+	NoPace     bool            // no assist (egress pacing, ingress window clamp): police only
+	// MinInflight overrides the default protection of TCP flows with few
+	// packets out (0: DefaultMinInflight). For experiments.
+	MinInflight uint32
+}
+
+// Policy constants of the data plane, outside the user's Limit.
+const (
+	// SmallPacketBytes: packets below it (SYN, pure ACK, small RPC headers)
+	// are dropped only past the small-packet threshold.
+	SmallPacketBytes = 120
+	// DefaultMinInflight: an egress TCP flow with fewer packets out is never
+	// dropped, or it would wait for its probe timer.
+	DefaultMinInflight = 2
+)
+
+// MaxLevel is the deepest cgroup level a limit may be set on: the data plane
+// keeps one flow-count slot per level in each socket's state.
+var MaxLevel = len(hbmHbmSock{}.Seen) - 1
+
+// Stats are a limit's counters, summed over CPUs.
+type Stats struct {
+	Bytes        uint64 `json:"bytes"`
+	Packets      uint64 `json:"packets"`
+	Marked       uint64 `json:"marked"`
+	CWR          uint64 `json:"cwr"`
+	Dropped      uint64 `json:"dropped"`
+	DroppedBytes uint64 `json:"dropped_bytes"`
+}
+
+// Validate checks a limit without touching any state.
+func (l Limit) Validate() error {
+	_, err := config(l)
+	return err
+}
+
+// config turns a Limit into the data plane's configuration.
+func config(l Limit) (hbmHbmConfig, error) {
+	if l.Rate < rate.Min || l.Rate > rate.Max {
+		return hbmHbmConfig{}, fmt.Errorf("rate %v out of range [%v, %v]", l.Rate, rate.Min, rate.Max)
+	}
+	th := l.Thresholds
+	if th == (rate.Thresholds{}) {
+		th = rate.Default(l.Rate)
+	}
+	if err := th.Validate(); err != nil {
+		return hbmHbmConfig{}, err
+	}
+	whole, frac := l.Rate.NsPerByte()
+	c := hbmHbmConfig{
+		RateBps:       uint64(l.Rate),
+		NsPerByte:     whole,
+		NsPerByteFrac: frac,
+		BurstNs:       uint64(th.Burst),
+		MarkNs:        uint64(th.Mark),
+		DropLargeNs:   uint64(th.DropLarge),
+		DropSmallNs:   uint64(th.DropSmall),
+		MaxBacklogNs:  uint64(th.MaxBacklog),
+		SmallPktBytes: SmallPacketBytes,
+		MinInflight:   DefaultMinInflight,
+		PaceTargetNs:  int64(th.Pace),
+	}
+	if l.MinInflight != 0 {
+		c.MinInflight = l.MinInflight
+	}
+	if l.Loopback {
+		c.Flags |= hbmHbmFlagsHBM_F_LOOPBACK
+	}
+	if l.NoDrop {
+		c.Flags |= hbmHbmFlagsHBM_F_NO_DROP
+	}
+	if !l.NoPace {
+		c.Flags |= hbmHbmFlagsHBM_F_PACE
+	}
+	return c, nil
+}
+
+func limitOf(c hbmHbmConfig) Limit {
+	return Limit{
+		Rate: rate.Rate(c.RateBps),
+		Thresholds: rate.Thresholds{
+			Burst:      time.Duration(c.BurstNs),
+			Pace:       time.Duration(c.PaceTargetNs),
+			Mark:       time.Duration(c.MarkNs),
+			DropLarge:  time.Duration(c.DropLargeNs),
+			DropSmall:  time.Duration(c.DropSmallNs),
+			MaxBacklog: time.Duration(c.MaxBacklogNs),
+		},
+		Loopback:    c.Flags&hbmHbmFlagsHBM_F_LOOPBACK != 0,
+		NoDrop:      c.Flags&hbmHbmFlagsHBM_F_NO_DROP != 0,
+		NoPace:      c.Flags&hbmHbmFlagsHBM_F_PACE == 0,
+		MinInflight: c.MinInflight,
+	}
+}
+
+func key(id uint64, d Direction) hbmHbmKey { return hbmHbmKey{CgroupId: id, Dir: hbmHbmDir(d)} }

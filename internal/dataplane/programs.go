@@ -1,0 +1,107 @@
+package dataplane
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+)
+
+// The programs are loaded (and verified) once per hbm build and pinned under
+// progs/<hash of the embedded object>/, so `hbm set` attaches a program that
+// is already loaded: no load, no verification, whatever the number of groups.
+
+// buildHash names this build's programs.
+func buildHash() string {
+	sum := sha256.Sum256(_HbmBytes)
+	return hex.EncodeToString(sum[:8])
+}
+
+// programs returns this build's pinned programs, loading and pinning them
+// first if needed. The caller closes them.
+func (m *Manager) programs() (*hbmPrograms, error) {
+	if m.progs != nil {
+		return m.progs, nil
+	}
+	root := filepath.Join(m.dir, progsDir)
+	dir := filepath.Join(root, buildHash())
+	p, err := loadPinnedPrograms(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err != nil {
+		if p, err = m.loadPrograms(root, dir); err != nil {
+			return nil, err
+		}
+	}
+	m.progs = p
+	return p, nil
+}
+
+func loadPinnedPrograms(dir string) (*hbmPrograms, error) {
+	p := &hbmPrograms{}
+	for name, dst := range map[string]**ebpf.Program{
+		hbmProgHbmEgress: &p.HbmEgress, hbmProgHbmIngress: &p.HbmIngress,
+		hbmProgHbmPaceOps: &p.HbmPaceOps, hbmProgHbmRxwinOps: &p.HbmRxwinOps, hbmProgHbmSockets: &p.HbmSockets,
+	} {
+		prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, name), nil)
+		if err != nil {
+			p.Close()
+			return nil, fmt.Errorf("load pinned program %s: %w", name, err)
+		}
+		*dst = prog
+	}
+	return p, nil
+}
+
+// loadPrograms loads the embedded object against the pinned maps and pins
+// its programs at dir: into a scratch directory first, renamed into place
+// whole, so a killed hbm never leaves a partial set where the next one looks.
+func (m *Manager) loadPrograms(root, dir string) (*hbmPrograms, error) {
+	spec, err := loadHbm()
+	if err != nil {
+		return nil, fmt.Errorf("load embedded BPF object: %w", err)
+	}
+	p := &hbmPrograms{}
+	err = spec.LoadAndAssign(p, &ebpf.CollectionOptions{MapReplacements: m.st.replacements()})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("kernel rejected HBM's programs: %+v", ve)
+		}
+		return nil, fmt.Errorf("load HBM's programs: %w", err)
+	}
+	// Earlier builds' programs and scratch left by a killed hbm: their
+	// links hold their own references, so unpinning detaches nothing.
+	if old, err := os.ReadDir(root); err == nil {
+		for _, e := range old {
+			os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
+	tmp := filepath.Join(root, fmt.Sprintf("loading_%d", os.Getpid())) // bpffs names may not hold dots
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("pin programs: %w", err)
+	}
+	for name, prog := range map[string]*ebpf.Program{
+		hbmProgHbmEgress: p.HbmEgress, hbmProgHbmIngress: p.HbmIngress,
+		hbmProgHbmPaceOps: p.HbmPaceOps, hbmProgHbmRxwinOps: p.HbmRxwinOps, hbmProgHbmSockets: p.HbmSockets,
+	} {
+		if err := prog.Pin(filepath.Join(tmp, name)); err != nil {
+			p.Close()
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("pin program %s: %w", name, err)
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		p.Close()
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("pin programs: %w", err)
+	}
+	// The programs are pinned at tmp's old names; the fds stay valid.
+	return p, nil
+}

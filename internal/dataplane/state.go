@@ -1,0 +1,211 @@
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPinDir is where HBM pins its state.
+const DefaultPinDir = "/sys/fs/bpf/hbm"
+
+// bpffsRoot is the only place hbm mounts a bpffs itself.
+const bpffsRoot = "/sys/fs/bpf"
+
+const (
+	linksDir = "links" // one pinned link per attachment: <id>-<dir>, <id>-<dir>-sockops
+	progsDir = "progs" // the loaded programs, per build: progs/<hash>/<program>
+	txnMap   = "hbm_txn_map"
+)
+
+// state is the pinned maps, opened from the pin directory.
+type state struct {
+	limits, queues, stats, flows, rx, walk *ebpf.Map
+	// txn is the journal of the change under way (one entry): written
+	// before a change of several steps, cleared after its last, so the next
+	// hbm repairs what a killed one left half done.
+	txn *ebpf.Map
+}
+
+// txnPathBytes bounds the group path the journal keeps.
+const txnPathBytes = 4080
+
+type txnOp uint32
+
+const (
+	txnNone txnOp = iota
+	txnSet
+	txnUnset
+)
+
+// txnEntry is the journal's one value.
+type txnEntry struct {
+	Op  txnOp
+	Dir uint32
+	ID  uint64
+	Rel [txnPathBytes]byte
+	_   [4]byte
+}
+
+var txnSpec = ebpf.MapSpec{
+	Name:       txnMap,
+	Type:       ebpf.Array,
+	KeySize:    4,
+	ValueSize:  uint32(4 + 4 + 8 + txnPathBytes + 4),
+	MaxEntries: 1,
+}
+
+func (s *state) all() []*ebpf.Map {
+	return []*ebpf.Map{s.limits, s.queues, s.stats, s.flows, s.rx, s.walk, s.txn}
+}
+
+func (s *state) close() {
+	for _, m := range s.all() {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// replacements are the pinned maps a program load uses instead of new ones.
+func (s *state) replacements() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		hbmMapHbmLimitMap: s.limits, hbmMapHbmQueueMap: s.queues, hbmMapHbmStatsMap: s.stats,
+		hbmMapHbmFlowMap: s.flows, hbmMapHbmRxMap: s.rx, hbmMapHbmWalkMap: s.walk,
+	}
+}
+
+// openState opens (create: creating) the pinned maps under dir.
+func openState(dir string, create bool) (*state, error) {
+	spec, err := loadHbm()
+	if err != nil {
+		return nil, fmt.Errorf("load embedded BPF object: %w", err)
+	}
+	s := &state{}
+	dsts := map[string]**ebpf.Map{
+		hbmMapHbmLimitMap: &s.limits, hbmMapHbmQueueMap: &s.queues, hbmMapHbmStatsMap: &s.stats,
+		hbmMapHbmFlowMap: &s.flows, hbmMapHbmRxMap: &s.rx, hbmMapHbmWalkMap: &s.walk,
+	}
+	specs := map[string]*ebpf.MapSpec{txnMap: &txnSpec}
+	for name := range dsts {
+		specs[name] = spec.Maps[name]
+	}
+	dsts[txnMap] = &s.txn
+	for name, ms := range specs {
+		mp, err := openMap(dir, name, ms, create)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		*dsts[name] = mp
+	}
+	return s, nil
+}
+
+func openMap(dir, name string, ms *ebpf.MapSpec, create bool) (*ebpf.Map, error) {
+	if !create {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if errors.Is(err, os.ErrNotExist) && name == txnMap {
+			return nil, nil // state of an hbm without a journal: nothing to read
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open map %s in %s: %w", name, dir, err)
+		}
+		return mp, nil
+	}
+	ms = ms.Copy()
+	ms.Pinning = ebpf.PinByName
+	mp, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+	if errors.Is(err, ebpf.ErrMapIncompatible) && noLimits(dir) {
+		// Left by another hbm version with no limit set: nothing depends
+		// on it, so replace it.
+		os.Remove(filepath.Join(dir, name))
+		mp, err = ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: dir})
+	}
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		return nil, fmt.Errorf("map %s pinned in %s is from an incompatible hbm version: %w (remove the old limits with that version first)", name, dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open map %s in %s: %w", name, dir, err)
+	}
+	return mp, nil
+}
+
+// noLimits reports whether no limit is attached under dir.
+func noLimits(dir string) bool {
+	links, err := os.ReadDir(filepath.Join(dir, linksDir))
+	return err == nil && len(links) == 0 || errors.Is(err, os.ErrNotExist)
+}
+
+// Pinned reports whether HBM state was ever pinned under dir.
+func Pinned(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, hbmMapHbmLimitMap))
+	return err == nil
+}
+
+// lockDir takes the pin directory's lock, waiting at most 10 s for another
+// hbm to finish.
+func lockDir(dir string, how int) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open pin directory: %w", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", dir, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: another hbm has held it for 10s", dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ensureBPFFS makes sure dir lives on a bpffs. hbm mounts one only at
+// /sys/fs/bpf (when nothing is mounted there); any other directory must
+// already be on a bpffs, or hbm refuses, so it never mounts over a directory
+// it was not made for.
+func ensureBPFFS(dir string) error {
+	dir = filepath.Clean(dir)
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("pin directory %q: must be an absolute path", dir)
+	}
+	if dir == bpffsRoot || strings.HasPrefix(dir, bpffsRoot+"/") {
+		if !isBPFFS(bpffsRoot) {
+			if err := unix.Mount("bpf", bpffsRoot, "bpf", 0, "mode=0700"); err != nil {
+				return fmt.Errorf("bpffs not mounted at %s and mounting it failed: %w", bpffsRoot, err)
+			}
+		}
+	}
+	// The nearest existing directory must be on a bpffs.
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			if !isBPFFS(d) {
+				return fmt.Errorf("pin directory %s is not on a bpffs (%s is not; hbm mounts one only at %s)", dir, d, bpffsRoot)
+			}
+			break
+		}
+		if d == "/" {
+			return fmt.Errorf("pin directory %s: no parent exists", dir)
+		}
+	}
+	return nil
+}
+
+func isBPFFS(dir string) bool {
+	var fs unix.Statfs_t
+	return unix.Statfs(dir, &fs) == nil && fs.Type == unix.BPF_FS_MAGIC
+}
