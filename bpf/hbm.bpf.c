@@ -42,13 +42,14 @@ int hbm_egress(struct __sk_buff *skb)
 			s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (s) {
 			v.fresh = flow_fresh(&v.p, s, v.now);
-			v.rpc = s->idle_ns && v.now - s->idle_ns < RPC_RECENT_NS;
 			v.counted = 1;
 		}
 	}
 	police_path(skb, &v);
-	if (s)
+	if (s) {
 		s->want_Bps = v.want_Bps;
+		s->rate_Bps = v.rate_Bps;
+	}
 	if (v.drop)
 		return HBM_RET_DROP_CN;
 	return v.cn ? HBM_RET_PASS_CN : HBM_RET_PASS;

@@ -91,11 +91,8 @@ struct hbm_queue {
 	__u32 flows_now;   /* TCP flows that sent in the current window */
 	__u32 flows;       /* ... in the last complete window */
 	__u32 payload_q16; /* TCP payload / wire bytes, 16-bit fixed point (0: unknown) */
-	__u64 ctl_rpc;     /* wire bytes of app-limited flows (RPCs) in the interval */
-	__u64 rpc_Bps;     /* ... as a rate, smoothed: what the bulk flows leave to them */
-	__u64 rpc_share_Bps; /* what each app-limited flow may send, payload bytes/s */
-	__u32 rpcs_now;    /* app-limited flows among flows_now */
-	__u32 rpcs;        /* ... among flows */
+	__u64 ctl_fresh;   /* wire bytes of fresh bursts (unpaced RPCs) in the interval */
+	__u64 fresh_Bps;   /* ... as a rate, smoothed: what the bulk flows leave to them */
 };
 
 struct hbm_stats {
@@ -116,8 +113,8 @@ struct hbm_sock {
 	__u64 want_Bps;    /* least share of the socket's limited groups (0: none) */
 	__u64 applied;     /* what the assist last set (pacing cap B/s, or window clamp bytes) */
 	__u32 seen[HBM_MAX_LEVELS]; /* per cgroup level: the flow-count window last counted in, + 1 */
-	__u64 idle_ns;     /* egress: when the assist last found everything it wrote acked */
-	__u64 vt_ns;       /* egress: the flow's own clock at its want (policy.h,
+	__u64 rate_Bps;    /* egress: the least limit on the socket's path, payload bytes/s */
+	__u64 vt_ns;       /* egress: the flow's own clock at that rate (policy.h,
 	                    * flow_fresh): ahead of now while it sends faster */
 	__u32 burst_end;   /* egress: sequence number where the current fresh burst ends */
 	__u32 burst;       /* egress: 1 while a burst is under way; 0 once everything the

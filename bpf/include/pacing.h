@@ -10,7 +10,7 @@
  * next ACK.
  *
  * Small transfers first: a socket whose every written byte was acked is idle;
- * if it is within its share (policy.h, flow_fresh), its cap is raised to
+ * if it is within its group's rate (policy.h, flow_fresh), its cap is raised to
  * FRESH_BPS, so the next burst it sends (an RPC's
  * request or reply) leaves at once instead of at the bulk share: TCP sizes a
  * TSO packet to a millisecond at the pacing rate, so at FRESH_BPS its first
@@ -56,9 +56,7 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 1;
-	if (tp_idle(tp))
-		s->idle_ns = bpf_ktime_get_ns();
-	if (tp_idle(tp) && (__s64)(s->vt_ns - s->idle_ns) <= 0) {
+	if (tp_idle(tp) && (__s64)(s->vt_ns - bpf_ktime_get_ns()) <= 0) {
 		s->burst = 0;
 		pace_set(skops, tp, s, s->want_Bps && s->want_Bps < FRESH_BPS ? FRESH_BPS : s->want_Bps);
 		return 1;

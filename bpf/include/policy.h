@@ -32,9 +32,6 @@
 
 /* Resolution of the cwr probability ramp. */
 #define CWR_RAMP_STEPS 1024
-/* A flow that went idle (everything it wrote acked) this recently is
- * app-limited: an RPC, not bulk (share.h). */
-#define RPC_RECENT_NS 100000000ULL
 /* The burst a flow within its share may send unmarked (and, idle, unpaced). */
 #define FRESH_BURST_BYTES (64 * 1024)
 /* How long an ingress hole may stay open before the flow may be dropped
@@ -47,12 +44,12 @@ struct verdict {
 	struct pkt p;
 	__u64 now;
 	__u64 want_Bps;     /* least share of the levels that assist (0: none) */
+	__u64 rate_Bps;     /* least limit of the levels, payload bytes/s (0: none) */
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
 	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
 	__u8 protected;     /* ingress: rx_protected() */
 	__u8 fresh;         /* egress: part of a fresh burst: never marked */
-	__u8 rpc;           /* egress: an app-limited flow (went idle lately): an RPC */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 };
@@ -85,13 +82,13 @@ static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock
 /* flow_fresh reports whether this egress TCP packet is part of a fresh
  * burst: the first FRESH_BURST_BYTES a socket sends after everything it
  * wrote was acked (pacing.h clears s->burst then), or after it was created,
- * and only while the socket stays within its share (a token bucket per
- * socket at its want, FRESH_BURST_BYTES deep; an app-limited flow's want is
- * its part of 7/8 of the group's rate, share.h): an RPC goes first, but a
- * back-to-back RPC loop takes no more than that unmarked. */
+ * and only while the socket stays within its group's rate (a token bucket
+ * per socket at the least limit on its path, FRESH_BURST_BYTES deep): an
+ * RPC goes first, but a back-to-back RPC loop does not take more than its
+ * group's rate unmarked. */
 static __always_inline int flow_fresh(const struct pkt *p, struct hbm_sock *s, __u64 now)
 {
-	__u64 rate = s->want_Bps, cost, depth;
+	__u64 rate = s->rate_Bps, cost, depth;
 	int within;
 
 	if (!s->burst) {
@@ -188,13 +185,11 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 		q->vtime_ns += cost;
 		q->frac = frac;
 		if (cfg->flags & HBM_F_PACE) {
-			if (v->rpc)
-				q->ctl_rpc += v->p.wire_bytes;
-			share_count(q, cfg, s, lvl, v->rpc, v->now);
+			if (v->fresh)
+				q->ctl_fresh += v->p.wire_bytes;
+			share_count(q, cfg, s, lvl, v->now);
 			share_update(q, cfg, &v->p, backlog, v->now);
 			share = q->share_Bps;
-			if (v->rpc && q->rpc_share_Bps > share)
-				share = q->rpc_share_Bps;
 		}
 	}
 	bpf_spin_unlock(&q->lock);
@@ -208,6 +203,8 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	st->bytes += v->p.wire_bytes;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
+	if (!v->rate_Bps || cfg->rate_bps / 8 < v->rate_Bps)
+		v->rate_Bps = cfg->rate_bps / 8;
 	if (backlog <= (__s64)cfg->mark_ns || v->fresh)
 		return 0;
 

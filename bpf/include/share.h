@@ -15,10 +15,9 @@
  *  - The flow count N: TCP flows that sent in the last window. A flow is
  *    counted once per window (its per-level slot in hbm_sock.seen holds the
  *    window number). The window lasts about four of a flow's sending gaps at
- *    its share (two full segments at limit/N), within [50 ms, 500 ms], so a
- *    flow held to a small share is still seen. N is a decaying maximum: a
- *    flow silent for a window still counts, one that stops fades out by an
- *    eighth of N per window, and a new one counts at once.
+ *    its share (two full segments at limit/N), within [10 ms, 500 ms], so a
+ *    flow held to a small share is still seen; a flow that stops is
+ *    forgotten within two windows, and a new one counts at once.
  *  - The share, after RCP: every control interval it measures what the
  *    group sent, y, and scales the share by target / y, where target is the
  *    rate less what drains the backlog above pace_target_ns in SHARE_DRAIN_NS.
@@ -39,7 +38,7 @@
 #define SHARE_DRAIN_NS      4000000ULL   /* drain the backlog above target in this */
 #define SHARE_Q             16           /* fixed-point shift of the correction ratio */
 #define SHARE_RATIO_MAX     (16ULL << SHARE_Q) /* at most 16x up or down per interval */
-#define FLOW_WINDOW_MIN_NS  50000000ULL  /* flow-count window bounds */
+#define FLOW_WINDOW_MIN_NS  10000000ULL  /* flow-count window bounds */
 #define FLOW_WINDOW_MAX_NS  500000000ULL
 #define FLOW_GAP_BYTES      (4 * 2 * 1514ULL) /* four gaps of two full segments */
 #define PAYLOAD_Q16_DEFAULT 63250        /* 1448 / 1500 in 16-bit fixed point */
@@ -53,17 +52,11 @@ static __always_inline __u32 share_flows(const struct hbm_queue *q)
 	return n ? n : 1;
 }
 
-/* share_rpcs is how many of the group's flows are app-limited (RPCs). */
-static __always_inline __u32 share_rpcs(const struct hbm_queue *q)
-{
-	return q->rpcs > q->rpcs_now ? q->rpcs : q->rpcs_now;
-}
-
 /* share_count counts the flow of socket state s (its slot for this group:
  * s->seen[lvl]) in this window, first closing the window if it has run its
  * course. Called with the queue locked; s may be NULL (not a counted flow). */
 static __always_inline void share_count(struct hbm_queue *q, const struct hbm_config *cfg,
-					struct hbm_sock *s, __u32 lvl, int rpc, __u64 now)
+					struct hbm_sock *s, __u32 lvl, __u64 now)
 {
 	__u64 rate = cfg->rate_bps / 8, win;
 
@@ -78,17 +71,8 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 		win = FLOW_WINDOW_MAX_NS;
 	if ((__s64)(now - q->epoch_ns) >= (__s64)win) {
 		/* A window skipped while idle counts as empty. */
-		/* A decaying maximum: a flow silent for a window (BBR's probes,
-		 * a stall) still counts, and a flow that left fades out by an
-		 * eighth per window. A window skipped while idle counts as empty. */
-		__u32 kept = q->flows - ((q->flows + 7) >> 3);
-
-		if (now - q->epoch_ns >= 2 * win)
-			kept = 0;
-		q->flows = q->flows_now > kept ? q->flows_now : kept;
-		q->rpcs = q->flows ? q->rpcs_now : 0;
+		q->flows = now - q->epoch_ns < 2 * win ? q->flows_now : 0;
 		q->flows_now = 0;
-		q->rpcs_now = 0;
 		q->epoch++;
 		q->epoch_ns = now;
 	}
@@ -96,8 +80,6 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 	if (s && s->seen[lvl] != q->epoch + 1) {
 		s->seen[lvl] = q->epoch + 1;
 		q->flows_now++;
-		if (rpc)
-			q->rpcs_now++;
 	}
 }
 
@@ -112,19 +94,14 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
 	__s64 excess, left;
 
-	__u32 n = share_flows(q), r = share_rpcs(q);
-
 	ceil = rate * pq >> 16;
-	/* App-limited flows (RPCs, policy.h) go first: together they may take
-	 * 7/8 of the rate (all of it without bulk flows beside them), each an
-	 * equal part of it; the bulk flows share what
-	 * they leave. A 64th below the fair share: the share loop, not the
-	 * floor, settles the group on its rate (at the floor the loop cannot
-	 * pull it lower). */
-	q->rpc_share_Bps = (r < n ? ceil - (ceil >> 3) : ceil) / (r ? r : 1);
-	floor = q->rpc_Bps * pq >> 16;
+	/* A 64th below the fair share: the share loop, not the floor, settles
+	 * the group on its rate (at the floor the loop cannot pull it lower). */
+	/* Fresh bursts (RPCs, policy.h) go first: the bulk flows share what
+	 * they leave, and never less than an eighth of the rate. */
+	floor = q->fresh_Bps * pq >> 16;
 	floor = floor < ceil - (ceil >> 3) ? ceil - floor : ceil >> 3;
-	floor /= n > r ? n - r : 1;
+	floor /= share_flows(q);
 	floor -= floor >> 6;
 	if (!c || c > ceil)
 		c = ceil; /* new limit, or the rate was lowered */
@@ -145,9 +122,9 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	y = q->ctl_wire * 1000000ULL / (dt / 1000); /* bytes/s; dt in us */
 	if (q->ctl_tcp_wire > 64 * 1024 && q->ctl_tcp_payload <= q->ctl_tcp_wire)
 		q->payload_q16 = (q->ctl_tcp_payload << 16) / q->ctl_tcp_wire;
-	/* Halfway to this interval's rate of app-limited flows. */
-	q->rpc_Bps = (q->rpc_Bps + q->ctl_rpc * 1000000ULL / (dt / 1000)) / 2;
-	q->ctl_rpc = 0;
+	/* Halfway to this interval's rate of fresh bursts. */
+	q->fresh_Bps = (q->fresh_Bps + q->ctl_fresh * 1000000ULL / (dt / 1000)) / 2;
+	q->ctl_fresh = 0;
 	q->ctl_ns = now;
 	q->ctl_wire = 0;
 	q->ctl_tcp_wire = 0;

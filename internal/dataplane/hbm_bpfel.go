@@ -69,11 +69,8 @@ type hbmHbmQueue struct {
 	FlowsNow      uint32
 	Flows         uint32
 	PayloadQ16    uint32
-	CtlRpc        uint64
-	RpcBps        uint64
-	RpcShareBps   uint64
-	RpcsNow       uint32
-	Rpcs          uint32
+	CtlFresh      uint64
+	FreshBps      uint64
 }
 
 type hbmHbmSock struct {
@@ -81,7 +78,7 @@ type hbmHbmSock struct {
 	WantBps  uint64
 	Applied  uint64
 	Seen     [32]uint32
-	IdleNs   uint64
+	RateBps  uint64
 	VtNs     uint64
 	BurstEnd uint32
 	Burst    uint32
