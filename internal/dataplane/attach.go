@@ -27,7 +27,11 @@ func (m *Manager) linkPath(id uint64, d Direction) string {
 }
 
 func (m *Manager) hasLink(id uint64, d Direction) bool {
-	_, err := os.Lstat(m.linkPath(id, d))
+	return pinExists(m.linkPath(id, d))
+}
+
+func pinExists(path string) bool {
+	_, err := os.Lstat(path)
 	return err == nil
 }
 
@@ -139,14 +143,16 @@ func (m *Manager) linkGone(id uint64, d Direction) bool {
 // ancestor's attachment serves it, and then no attachment below g left to
 // run the programs a second time.
 func (m *Manager) cover(g cgroup.Group, d Direction) error {
-	if m.coveredBy(g, d) != 0 {
+	// g's own link may be one of two (a killed attach): finish it.
+	if c := m.coveredBy(g, d); c != 0 && c != g.ID {
 		return nil
 	}
 	if err := m.attach(g, d); err != nil {
 		return err
 	}
 	return m.walkBelow(g, func(sub cgroup.Group) (bool, error) {
-		if m.hasLink(sub.ID, d) {
+		// Either link: a killed detach may have left the sockops one alone.
+		if m.hasLink(sub.ID, d) || pinExists(m.linkPath(sub.ID, d)+"-sockops") {
 			return true, m.detach(sub.ID, d)
 		}
 		return false, nil
@@ -158,7 +164,12 @@ func (m *Manager) cover(g cgroup.Group, d Direction) error {
 func (m *Manager) uncover(g cgroup.Group, d Direction) error {
 	return m.walkBelow(g, func(sub cgroup.Group) (bool, error) {
 		if m.hasLink(sub.ID, d) {
-			return true, nil // serves its own subtree already
+			if !m.limited(sub.ID, d) {
+				return true, nil
+			}
+			// Serves its own subtree already; a killed attach may have
+			// left its assist out: attach keeps what is there.
+			return true, m.attach(sub, d)
 		}
 		if !m.limited(sub.ID, d) {
 			return false, nil

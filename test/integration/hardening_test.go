@@ -1,0 +1,257 @@
+package integration
+
+// The hardening cases of issue 9, one test each, driven through the hbm
+// binary in a private pin directory.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/testutil"
+)
+
+// TestHardenRootSpelling: "", "." and "a/.." name the root group (the whole
+// host) without saying "/": usage errors (exit 2), nothing changed.
+func TestHardenRootSpelling(t *testing.T) {
+	l := newKLab(t, "hard-root")
+	l.mk("a")
+	for _, arg := range []string{"", ".", "a/..", l.top + "/..", "/./"} {
+		r := l.run(nil, "set", arg, "--egress", "100mbit")
+		if r.killed || r.code != 2 || !strings.Contains(r.errOut, "hbm:") {
+			t.Errorf("hbm set %q --egress 100mbit: exit %d, stderr %q; want exit 2 with an error", arg, r.code, r.errOut)
+		}
+		if dataplane.Pinned(l.pinDir) {
+			if keys := l.mapKeys("hbm_limit_map"); len(keys) != 0 {
+				t.Errorf("after hbm set %q: limits on cgroup ids %v (root is %d)", arg, keys, l.id("/"))
+			}
+			if ls := l.links(); len(ls) != 0 {
+				t.Errorf("after hbm set %q: links %v", arg, ls)
+			}
+		}
+	}
+	if dataplane.Pinned(l.pinDir) {
+		if es := l.show(); len(es) != 0 {
+			t.Errorf("hbm show lists %+v, want nothing", es)
+		}
+	}
+}
+
+// TestHardenPinDirNotBPFFS: a pin directory that is not on a bpffs is refused
+// and hbm mounts nothing, neither on it nor on its parent.
+func TestHardenPinDirNotBPFFS(t *testing.T) {
+	l := newKLab(t, "hard-pinfs")
+	g := l.mk("a")
+	base := t.TempDir()
+	// A tmpfs of the test's own, so the directory is certainly not a bpffs.
+	if err := unix.Mount("tmpfs", base, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		// hbm must not have mounted anything; if it did, undo it (bounded).
+		for i := 0; i < 5 && unix.Unmount(base, unix.MNT_DETACH) == nil; i++ {
+		}
+	})
+	for _, dir := range []string{filepath.Join(base, "hbm"), filepath.Join(base, "pins", "hbm"), base} {
+		if dir != base {
+			if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := mountinfo(t)
+		r := l.run([]string{"HBM_PIN_DIR=" + dir}, "set", g, "--egress", "100mbit")
+		after := mountinfo(t)
+		if r.killed || r.code == 0 || !strings.Contains(r.errOut, "bpffs") {
+			t.Errorf("hbm set with pin dir %s: exit %d, stderr %q; want a failure about bpffs", dir, r.code, r.errOut)
+		}
+		if before != after {
+			t.Errorf("hbm set with pin dir %s changed the mounts:\nbefore:\n%s\nafter:\n%s", dir, before, after)
+		}
+		var fs unix.Statfs_t
+		for _, d := range []string{dir, filepath.Dir(dir)} {
+			if unix.Statfs(d, &fs) == nil && fs.Type == unix.BPF_FS_MAGIC {
+				t.Errorf("%s is on a bpffs after hbm set", d)
+			}
+		}
+	}
+}
+
+// mountinfo returns this process's mount table without the mount ids'
+// volatile parts: the lines themselves are what must not change.
+func mountinfo(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestHardenNoDACReadSearch: hbm set run without CAP_DAC_READ_SEARCH (it
+// cannot open cgroups by id) neither prunes nor marks removed the limits of
+// other groups.
+func TestHardenNoDACReadSearch(t *testing.T) {
+	testutil.RequireCommand(t, "capsh")
+	l := newKLab(t, "hard-nodac")
+	a, b, c := l.mk("a"), l.mk("b"), l.mk("c")
+	l.must("set", a, "--egress", "100mbit")
+	l.must("set", b, "--egress", "200mbit")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The capability dropped from the bounding set: gone after the exec.
+	probe, err := exec.CommandContext(ctx, "capsh", "--drop=cap_dac_read_search", "--", "-c", "grep CapEff /proc/self/status").Output()
+	if err != nil {
+		t.Fatalf("capsh: %v", err)
+	}
+	eff, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(string(probe), "CapEff:")), 16, 64)
+	if err != nil || eff&(1<<unix.CAP_DAC_READ_SEARCH) != 0 {
+		t.Fatalf("capsh did not drop CAP_DAC_READ_SEARCH: %q, %v", probe, err)
+	}
+	cmd := exec.CommandContext(ctx, "capsh", "--drop=cap_dac_read_search", "--", "-c",
+		`exec "$0" set "$1" --egress 300mbit`, l.bin, c)
+	cmd.Env = append(os.Environ(), "HBM_PIN_DIR="+l.pinDir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hbm set %s without CAP_DAC_READ_SEARCH: %v: %s", c, err, out)
+	}
+	t.Logf("hbm set without CAP_DAC_READ_SEARCH: %s", strings.TrimSpace(string(out)))
+	// And a prune without it must keep them too.
+	cmd = exec.CommandContext(ctx, "capsh", "--drop=cap_dac_read_search", "--", "-c", `exec "$0" prune`, l.bin)
+	cmd.Env = append(os.Environ(), "HBM_PIN_DIR="+l.pinDir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hbm prune without CAP_DAC_READ_SEARCH: %v: %s", err, out)
+	}
+	l.checkSettled("after set and prune without CAP_DAC_READ_SEARCH", []string{a, b, c})
+	l.checkTruth("after set and prune without CAP_DAC_READ_SEARCH", []string{a, b, c})
+}
+
+// TestHardenPruneRemoved: prune removes the limit (and link, queue,
+// counters) of a group whose cgroup was removed, and keeps the others.
+func TestHardenPruneRemoved(t *testing.T) {
+	l := newKLab(t, "hard-prune")
+	a, b := l.mk("a"), l.mk("b")
+	p, pc := l.mk("p"), l.mk("p/c")
+	for _, g := range []string{a, b, p, pc} {
+		l.must("set", g, "--egress", "100mbit")
+	}
+	aid := l.id(a)
+	if err := unix.Rmdir(filepath.Join(l.mnt, a)); err != nil {
+		t.Fatal(err)
+	}
+	removed := false
+	for _, e := range l.show() {
+		if e.CgroupID == aid {
+			removed = e.Removed
+		}
+	}
+	if !removed {
+		t.Errorf("hbm show does not list removed group %s (id %d) as removed", a, aid)
+	}
+	out := l.must("prune")
+	if !strings.Contains(out, strconv.FormatUint(aid, 10)) {
+		t.Errorf("hbm prune printed %q, want it to name cgroup id %d", out, aid)
+	}
+	l.checkSettled("after prune", []string{b, p, pc})
+	// Nothing more to prune; the others stay.
+	if out := l.must("prune"); strings.TrimSpace(out) != "" {
+		t.Errorf("second hbm prune printed %q, want nothing", out)
+	}
+	l.checkSettled("after a second prune", []string{b, p, pc})
+}
+
+// TestHardenDepth: a group deeper than dataplane.MaxLevel levels is refused
+// (exit 2) and nothing changes; one exactly MaxLevel deep is accepted.
+func TestHardenDepth(t *testing.T) {
+	l := newKLab(t, "hard-depth")
+	rel := ""
+	for i := 2; i <= dataplane.MaxLevel; i++ { // the tree's top is level 1
+		rel = filepath.Join(rel, fmt.Sprintf("l%d", i))
+	}
+	ok := l.mk(rel)
+	deep := l.mk(filepath.Join(rel, "toodeep"))
+	r := l.run(nil, "set", deep, "--egress", "100mbit")
+	if r.killed || r.code != 2 || !strings.Contains(r.errOut, "levels deep") {
+		t.Errorf("hbm set %s (%d levels): exit %d, stderr %q; want exit 2, refused as too deep", deep, dataplane.MaxLevel+1, r.code, r.errOut)
+	}
+	if dataplane.Pinned(l.pinDir) {
+		l.checkSettled("after the refused set", nil)
+	}
+	l.must("set", ok, "--egress", "100mbit")
+	l.checkSettled("after a set at MaxLevel", []string{ok})
+	r = l.run(nil, "set", deep, "--egress", "100mbit")
+	if r.code != 2 {
+		t.Errorf("hbm set %s below a limited group: exit %d, want 2", deep, r.code)
+	}
+	l.checkSettled("after the second refused set", []string{ok})
+}
+
+// TestHardenPacingReRaised: a socket in a limited group that lifts its own
+// pacing cap (SO_MAX_PACING_RATE to ~0) is capped again by the assist while
+// it sends.
+func TestHardenPacingReRaised(t *testing.T) {
+	l := egSetup(t, "hardpace")
+	l.hbm.PinDir = "/sys/fs/bpf/hbm-test-hardpace"
+	os.RemoveAll(l.hbm.PinDir)
+	t.Cleanup(func() { os.RemoveAll(l.hbm.PinDir) }) // before removeGroups (LIFO): unpinning detaches
+	group, dir := l.cgroup(t, "w")
+	const rate, rateBytes = "200mbit", 200e6 / 8
+	if err := l.hbm.Set(group, rate); err != nil {
+		t.Fatal(err)
+	}
+	c, s := tcpPair(t, dir, false, l.tb.ReceiverNS, l.tb.SenderNS, l.tb.ReceiverIP4.String())
+	go io.Copy(io.Discard, s)
+	send := func(d time.Duration) {
+		t.Helper()
+		buf := make([]byte, 256<<10)
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Write(buf); err != nil {
+				t.Fatalf("send: %v", err)
+			}
+		}
+	}
+	send(time.Second)
+	capped := uint32(sockopt(t, c, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE))
+	if capped == paceUnlimited || float64(capped) > 1.5*rateBytes {
+		t.Fatalf("sender in the %s group paced at %d bytes/s before lifting it: the assist did not cap it", rate, capped)
+	}
+	setPacing(t, c, ^uint32(0))
+	if got := uint32(sockopt(t, c, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE)); got != paceUnlimited {
+		t.Fatalf("setsockopt(SO_MAX_PACING_RATE, ~0) did not lift the cap: reads %d", got)
+	}
+	send(time.Second)
+	got := uint32(sockopt(t, c, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE))
+	t.Logf("pacing cap %d bytes/s, lifted to ~0, %d bytes/s after a second of sending", capped, got)
+	if got == paceUnlimited || float64(got) > 1.5*rateBytes {
+		t.Errorf("after lifting its cap and sending for a second the socket is paced at %d bytes/s, want capped again (<= %.0f)", got, 1.5*rateBytes)
+	}
+}
+
+func setPacing(t *testing.T, c *net.TCPConn, v uint32) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, int(int32(v)))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatalf("setsockopt SO_MAX_PACING_RATE: %v", serr)
+	}
+}

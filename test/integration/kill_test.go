@@ -1,0 +1,472 @@
+package integration
+
+// Kill tests: hbm set, unset and prune killed (SIGKILL, through the test-only
+// HBM_TEST_STOP_AFTER=N) after each of their change steps. After every kill
+// the kernel is read directly (the programs attached to each cgroup, the
+// pinned maps, the links directory) and compared with what `hbm show --json`
+// says; then the next command (prune, which opens the state for writing)
+// must leave the state as it was before the killed command or as asked.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/testutil"
+)
+
+// kLab is one test's private world: a pin directory under /sys/fs/bpf and a
+// cgroup tree, both removed at the start (a crashed run's leftovers) and at
+// cleanup, also on failure.
+type kLab struct {
+	t      *testing.T
+	bin    string
+	pinDir string
+	top    string // cgroup tree, relative to the cgroup2 mount
+	mnt    string
+}
+
+func newKLab(t *testing.T, name string) *kLab {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: integration test (root, BPF, cgroups)")
+	}
+	testutil.RequireRoot(t)
+	mnt, err := cgroup.Mount()
+	if err != nil {
+		testutil.Missing(t, "cgroup2", err)
+	}
+	l := &kLab{t: t, bin: testutil.HBMBinary(t), pinDir: "/sys/fs/bpf/hbm-test-" + name, top: "/hbm-test-" + name, mnt: mnt}
+	l.reset()
+	t.Cleanup(l.reset)
+	return l
+}
+
+// reset removes the pin directory (unpinning the links detaches them: the
+// test holds no other reference) and the cgroup tree.
+func (l *kLab) reset() {
+	if err := os.RemoveAll(l.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		l.t.Errorf("remove %s: %v", l.pinDir, err)
+	}
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = cgroup.Remove(l.top); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.t.Errorf("remove cgroup %s: %v", l.top, err)
+}
+
+// mk creates group rel (under the test's tree) and returns its path relative
+// to the mount.
+func (l *kLab) mk(rel string) string {
+	l.t.Helper()
+	p := filepath.Join(l.top, rel)
+	if _, err := cgroup.Create(p); err != nil {
+		l.t.Fatal(err)
+	}
+	return p
+}
+
+func (l *kLab) id(rel string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(filepath.Join(l.mnt, rel), &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// hbmResult is how one hbm run ended.
+type hbmResult struct {
+	out, errOut string
+	code        int  // exit status (-1 when killed by a signal)
+	killed      bool // killed by SIGKILL
+}
+
+// run runs hbm with args in the test's pin directory, with extra environment
+// (e.g. HBM_TEST_STOP_AFTER=N), bounded to 30 s.
+func (l *kLab) run(env []string, args ...string) hbmResult {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, l.bin, args...)
+	cmd.Env = append(append(os.Environ(), "HBM_PIN_DIR="+l.pinDir), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	r := hbmResult{out: stdout.String(), errOut: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			r.killed = true
+		}
+	default:
+		l.t.Fatalf("hbm %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		l.t.Fatalf("hbm %v: timed out: %s", args, r.errOut)
+	}
+	return r
+}
+
+// must runs hbm and fails the test unless it exits 0.
+func (l *kLab) must(args ...string) string {
+	l.t.Helper()
+	r := l.run(nil, args...)
+	if r.killed || r.code != 0 {
+		l.t.Fatalf("hbm %s: exit %d (killed %v): %s", strings.Join(args, " "), r.code, r.killed, r.errOut)
+	}
+	return r.out
+}
+
+// showEntry is one group of `hbm show --json`.
+type showEntry struct {
+	Cgroup   string `json:"cgroup"`
+	CgroupID uint64 `json:"cgroup_id"`
+	Removed  bool   `json:"removed"`
+	Egress   *struct {
+		RateBps  uint64 `json:"rate_bps"`
+		Enforced bool   `json:"enforced"`
+	} `json:"egress"`
+}
+
+func (l *kLab) show() []showEntry {
+	l.t.Helper()
+	out := l.must("show", "--json")
+	var es []showEntry
+	if err := json.Unmarshal([]byte(out), &es); err != nil {
+		l.t.Fatalf("hbm show --json: %v: %q", err, out)
+	}
+	return es
+}
+
+// progIDs returns the ids of this pin directory's programs named name (all
+// builds' pins, scratch included), read from the pins themselves.
+func (l *kLab) progIDs(name string) map[ebpf.ProgramID]bool {
+	out := map[ebpf.ProgramID]bool{}
+	paths, _ := filepath.Glob(filepath.Join(l.pinDir, "progs", "*", name))
+	for _, p := range paths {
+		prog, err := ebpf.LoadPinnedProgram(p, nil)
+		if err != nil {
+			l.t.Fatalf("load pinned program %s: %v", p, err)
+		}
+		info, err := prog.Info()
+		prog.Close()
+		if err != nil {
+			l.t.Fatal(err)
+		}
+		if id, ok := info.ID(); ok {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// kernelCount returns how many times one of ids runs for sockets of group rel
+// on hook at: the kernel's effective program list of the cgroup (its own and
+// its ancestors' attachments).
+func (l *kLab) kernelCount(rel string, at ebpf.AttachType, ids map[ebpf.ProgramID]bool) int {
+	l.t.Helper()
+	fd, err := unix.Open(filepath.Join(l.mnt, rel), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		l.t.Fatalf("open cgroup %s: %v", rel, err)
+	}
+	defer unix.Close(fd)
+	res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: at, QueryFlags: unix.BPF_F_QUERY_EFFECTIVE})
+	if err != nil {
+		l.t.Fatalf("query %v programs of %s: %v", at, rel, err)
+	}
+	n := 0
+	for _, p := range res.Programs {
+		if ids[p.ID] {
+			n++
+		}
+	}
+	return n
+}
+
+// mapKeys returns the egress cgroup ids keyed in pinned map name.
+func (l *kLab) mapKeys(name string) []uint64 {
+	l.t.Helper()
+	mp, err := ebpf.LoadPinnedMap(filepath.Join(l.pinDir, name), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		l.t.Fatalf("open %s: %v", name, err)
+	}
+	defer mp.Close()
+	var out []uint64
+	var key, next [16]byte
+	var prev any // nil: first key
+	for i := 0; i < 1<<20; i++ {
+		if err := mp.NextKey(prev, &next); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			}
+			l.t.Fatalf("iterate %s: %v", name, err)
+		}
+		if dir := uint32(next[8]) | uint32(next[9])<<8; dir == 0 { // egress
+			out = append(out, uint64(next[0])|uint64(next[1])<<8|uint64(next[2])<<16|uint64(next[3])<<24|
+				uint64(next[4])<<32|uint64(next[5])<<40|uint64(next[6])<<48|uint64(next[7])<<56)
+		}
+		key = next
+		prev = &key
+	}
+	slices.Sort(out)
+	return out
+}
+
+// links returns the names in the pin directory's links/.
+func (l *kLab) links() []string {
+	es, _ := os.ReadDir(filepath.Join(l.pinDir, "links"))
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// txnOp reads the journal's operation (0: no change under way).
+func (l *kLab) txnOp() uint32 {
+	l.t.Helper()
+	mp, err := ebpf.LoadPinnedMap(filepath.Join(l.pinDir, "hbm_txn_map"), nil)
+	if err != nil {
+		l.t.Fatalf("open journal: %v", err)
+	}
+	defer mp.Close()
+	v := make([]byte, mp.ValueSize())
+	if err := mp.Lookup(uint32(0), &v); err != nil {
+		l.t.Fatalf("read journal: %v", err)
+	}
+	return uint32(v[0]) | uint32(v[1])<<8 | uint32(v[2])<<16 | uint32(v[3])<<24
+}
+
+// checkTruth asserts (a): every limit `hbm show --json` lists with a path is
+// "enforced" exactly when the kernel runs this pin directory's egress
+// program for its group; and (b): every group of mustServe is served.
+func (l *kLab) checkTruth(when string, mustServe []string) {
+	l.t.Helper()
+	egress := l.progIDs("hbm_egress")
+	for _, e := range l.show() {
+		if e.Egress == nil || e.Cgroup == "" || e.Removed {
+			continue
+		}
+		served := l.kernelCount(e.Cgroup, ebpf.AttachCGroupInetEgress, egress) > 0
+		if served != e.Egress.Enforced {
+			l.t.Errorf("%s: hbm show says %s enforced=%v, the kernel runs hbm's egress program for it: %v",
+				when, e.Cgroup, e.Egress.Enforced, served)
+		}
+	}
+	for _, g := range mustServe {
+		if l.kernelCount(g, ebpf.AttachCGroupInetEgress, egress) == 0 {
+			l.t.Errorf("%s: %s was limited before and stays limited, but no hbm egress program serves it", when, g)
+		}
+	}
+}
+
+// checkSettled asserts that the state is exactly "limited" (the set of
+// limited groups): limits, queues and counters keyed by exactly those
+// groups; links (egress and its sockops assist) at exactly the topmost of
+// them; every one served exactly once by each program; the journal empty;
+// show listing each, enforced.
+func (l *kLab) checkSettled(when string, limited []string) {
+	l.t.Helper()
+	var ids []uint64
+	var wantLinks []string
+	for _, g := range limited {
+		id := l.id(g)
+		ids = append(ids, id)
+		top := true
+		for _, o := range limited {
+			if o != g && strings.HasPrefix(g, o+"/") {
+				top = false
+			}
+		}
+		if top {
+			wantLinks = append(wantLinks, fmt.Sprintf("%d-egress", id), fmt.Sprintf("%d-egress-sockops", id))
+		}
+	}
+	slices.Sort(ids)
+	sort.Strings(wantLinks)
+	for _, name := range []string{"hbm_limit_map", "hbm_queue_map", "hbm_stats_map"} {
+		if got := l.mapKeys(name); !slices.Equal(got, ids) {
+			l.t.Errorf("%s: %s holds egress keys %v, want %v (groups %v)", when, name, got, ids, limited)
+		}
+	}
+	if got := l.links(); !slices.Equal(got, wantLinks) {
+		l.t.Errorf("%s: links/ holds %v, want %v (topmost of %v)", when, got, wantLinks, limited)
+	}
+	if op := l.txnOp(); op != 0 {
+		l.t.Errorf("%s: journal still holds op %d", when, op)
+	}
+	egress, pace := l.progIDs("hbm_egress"), l.progIDs("hbm_pace_ops")
+	for _, g := range limited {
+		if n := l.kernelCount(g, ebpf.AttachCGroupInetEgress, egress); n != 1 {
+			l.t.Errorf("%s: hbm's egress program runs %d times for %s, want 1 (2: packets charged twice)", when, n, g)
+		}
+		if n := l.kernelCount(g, ebpf.AttachCGroupSockOps, pace); n != 1 {
+			l.t.Errorf("%s: hbm's pacing assist runs %d times for %s, want 1", when, n, g)
+		}
+	}
+	shown := map[string]bool{}
+	for _, e := range l.show() {
+		if e.Egress == nil {
+			continue
+		}
+		if e.Removed || e.Cgroup == "" || !e.Egress.Enforced {
+			l.t.Errorf("%s: hbm show lists %+v (egress %+v), want a live enforced group", when, e, *e.Egress)
+		}
+		shown[e.Cgroup] = true
+	}
+	for _, g := range limited {
+		if !shown[g] {
+			l.t.Errorf("%s: hbm show does not list %s", when, g)
+		}
+	}
+	if len(shown) != len(limited) {
+		l.t.Errorf("%s: hbm show lists %v, want %v", when, shown, limited)
+	}
+}
+
+// limitedNow returns which of candidates have an egress limit in the map.
+func (l *kLab) limitedNow(candidates []string) []string {
+	keys := l.mapKeys("hbm_limit_map")
+	var out []string
+	for _, g := range candidates {
+		if id := l.id(g); id != 0 && slices.Contains(keys, id) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// killCase is one command killed after each of its steps.
+type killCase struct {
+	name string
+	// setup builds the state before the command (with plain hbm runs) and
+	// returns the groups limited before and after the command (live groups
+	// only) and the command.
+	setup func(l *kLab) (before, after []string, cmd []string)
+}
+
+func TestKill(t *testing.T) {
+	const rate = "100mbit"
+	cases := []killCase{
+		{"setnew", func(l *kLab) ([]string, []string, []string) {
+			s, a := l.mk("s"), l.mk("a")
+			l.must("set", s, "--egress", rate)
+			return []string{s}, []string{a, s}, []string{"set", a, "--egress", rate}
+		}},
+		{"setparent", func(l *kLab) ([]string, []string, []string) {
+			p := l.mk("p")
+			c := l.mk("p/c")
+			l.must("set", c, "--egress", rate)
+			return []string{c}, []string{p, c}, []string{"set", p, "--egress", "200mbit"}
+		}},
+		{"unsetparent", func(l *kLab) ([]string, []string, []string) {
+			p := l.mk("p")
+			c := l.mk("p/c")
+			l.must("set", p, "--egress", "200mbit")
+			l.must("set", c, "--egress", rate)
+			return []string{p, c}, []string{c}, []string{"unset", p}
+		}},
+		{"unsetplain", func(l *kLab) ([]string, []string, []string) {
+			s, a := l.mk("s"), l.mk("a")
+			l.must("set", s, "--egress", rate)
+			l.must("set", a, "--egress", rate)
+			return []string{a, s}, []string{s}, []string{"unset", a}
+		}},
+		{"prune", func(l *kLab) ([]string, []string, []string) {
+			s, a := l.mk("s"), l.mk("a")
+			l.must("set", s, "--egress", rate)
+			l.must("set", a, "--egress", rate)
+			l.checkSettled("before rmdir", []string{a, s})
+			if err := unix.Rmdir(filepath.Join(l.mnt, a)); err != nil {
+				l.t.Fatal(err)
+			}
+			return []string{s}, []string{s}, []string{"prune"}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := newKLab(t, "kill-"+c.name)
+			const maxSteps = 40
+			for n := 1; n <= maxSteps; n++ {
+				l.reset()
+				if err := os.MkdirAll(filepath.Join(l.mnt, l.top), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				before, after, cmd := c.setup(l)
+				if c.name != "prune" { // its removed group's remains are checked before the rmdir
+					l.checkSettled(fmt.Sprintf("before %v", cmd), before)
+				}
+				if t.Failed() {
+					return
+				}
+				// Groups limited both before and after must stay served.
+				var stay []string
+				for _, g := range before {
+					if slices.Contains(after, g) {
+						stay = append(stay, g)
+					}
+				}
+				r := l.run([]string{fmt.Sprintf("HBM_TEST_STOP_AFTER=%d", n)}, cmd...)
+				when := fmt.Sprintf("%v killed after step %d", cmd, n)
+				if !r.killed {
+					if r.code != 0 {
+						t.Fatalf("%v with HBM_TEST_STOP_AFTER=%d: exit %d: %s", cmd, n, r.code, r.errOut)
+					}
+					l.checkSettled(fmt.Sprintf("%v completed (%d steps)", cmd, n-1), after)
+					t.Logf("%v: killed after each of its %d steps", cmd, n-1)
+					return
+				}
+				l.checkTruth(when, stay)
+				// The next command repairs; show first must not change a thing
+				// (it only reads), then prune opens the state for writing.
+				l.checkTruth(when+", then show", stay)
+				l.must("prune")
+				when += ", then prune"
+				l.checkTruth(when, stay)
+				got := l.limitedNow(append(slices.Clone(before), after...))
+				slices.Sort(got)
+				got = slices.Compact(got)
+				b, a := slices.Sorted(slices.Values(before)), slices.Sorted(slices.Values(after))
+				switch {
+				case slices.Equal(got, a):
+					l.checkSettled(when+" (finished)", after)
+				case slices.Equal(got, b):
+					l.checkSettled(when+" (undone)", before)
+				default:
+					t.Errorf("%s: limited groups %v, want as before %v or as asked %v", when, got, b, a)
+				}
+				if t.Failed() {
+					return
+				}
+			}
+			t.Fatalf("%v still killed after %d steps", c.name, maxSteps)
+		})
+	}
+}
