@@ -15,11 +15,11 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/analyze/schema"
 	"github.com/hbm-dev/hbm/internal/testbed"
 	"github.com/hbm-dev/hbm/internal/testutil"
+	"github.com/hbm-dev/hbm/internal/workload"
 )
 
 // impair is a tcx program on one interface that acts on every nth packet of
@@ -241,7 +241,7 @@ func TestCaptureEndToEnd(t *testing.T) {
 	if recvErr != nil || received != total {
 		t.Fatalf("receiver got %d of %d bytes: %v", received, total, recvErr)
 	}
-	info, err := tcpInfo(conn)
+	info, err := workload.TCPInfo(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,19 +321,4 @@ func TestCaptureEndToEnd(t *testing.T) {
 	if sent < total {
 		t.Errorf("rounds sent %d bytes in all, less than the %d delivered", sent, total)
 	}
-}
-
-func tcpInfo(c *net.TCPConn) (*unix.TCPInfo, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var info *unix.TCPInfo
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		info, serr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	}); err != nil {
-		return nil, err
-	}
-	return info, serr
 }

@@ -473,7 +473,7 @@ func (c *Client) rttLoop() {
 		}
 		var infos []*unix.TCPInfo
 		for _, conn := range conns {
-			if info, err := tcpInfo(conn); err == nil {
+			if info, err := TCPInfo(conn); err == nil {
 				infos = append(infos, info)
 			}
 		}
@@ -493,7 +493,7 @@ func (c *Client) rttLoop() {
 func (c *Client) snapCounters() ([]counters, error) {
 	out := make([]counters, len(c.all))
 	for i, conn := range c.all {
-		info, err := tcpInfo(conn)
+		info, err := TCPInfo(conn)
 		if err != nil {
 			return nil, fmt.Errorf("workload: TCP_INFO: %w", err)
 		}

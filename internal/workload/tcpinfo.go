@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tcpInfo reads TCP_INFO of a connection.
-func tcpInfo(c net.Conn) (*unix.TCPInfo, error) {
+// TCPInfo reads TCP_INFO of a connection.
+func TCPInfo(c net.Conn) (*unix.TCPInfo, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil, fmt.Errorf("workload: %T has no socket", c)
