@@ -20,6 +20,24 @@
 #include "rxwin.h"
 #include "sockets.h"
 
+/* verdict_start parses the packet and returns its TCP socket (full socket
+ * and its TCP view), if it has one: NULL for anything else. */
+static __always_inline struct bpf_sock *verdict_start(struct __sk_buff *skb, struct verdict *v,
+						      struct bpf_tcp_sock **tp)
+{
+	struct bpf_sock *sk = skb->sk;
+
+	pkt_parse(skb, &v->p);
+	v->now = bpf_ktime_get_ns();
+	*tp = NULL;
+	if (!sk || !v->p.is_tcp)
+		return NULL;
+	sk = bpf_sk_fullsock(sk);
+	if (sk)
+		*tp = bpf_tcp_sock(sk);
+	return sk;
+}
+
 SEC("cgroup_skb/egress")
 int hbm_egress(struct __sk_buff *skb)
 {
@@ -28,13 +46,8 @@ int hbm_egress(struct __sk_buff *skb)
 	struct bpf_tcp_sock *tp;
 	struct bpf_sock *sk;
 
-	pkt_parse(skb, &v.p);
-	v.now = bpf_ktime_get_ns();
-	sk = skb->sk;
-	if (sk)
-		sk = bpf_sk_fullsock(sk);
-	if (sk && v.p.is_tcp) {
-		tp = bpf_tcp_sock(sk);
+	sk = verdict_start(skb, &v, &tp);
+	if (sk) {
 		if (tp)
 			v.packets_out = tp->packets_out;
 		/* Assist state for TCP sockets that send data. */
@@ -59,17 +72,12 @@ SEC("cgroup_skb/ingress")
 int hbm_ingress(struct __sk_buff *skb)
 {
 	struct verdict v = { .dir = HBM_DIR_INGRESS, .packets_out = ~0U };
-	struct bpf_tcp_sock *tp = NULL;
+	struct bpf_tcp_sock *tp;
 	struct hbm_sock *s = NULL;
 	struct bpf_sock *sk;
 
-	pkt_parse(skb, &v.p);
-	v.now = bpf_ktime_get_ns();
-	sk = skb->sk;
-	if (sk)
-		sk = bpf_sk_fullsock(sk);
-	if (sk && v.p.is_tcp) {
-		tp = bpf_tcp_sock(sk);
+	sk = verdict_start(skb, &v, &tp);
+	if (sk) {
 		if (tp && v.p.payload)
 			s = bpf_sk_storage_get(&hbm_rx_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (s)
