@@ -54,14 +54,16 @@ int hbm_egress(struct __sk_buff *skb)
 		if (tp && v.p.payload)
 			s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (s) {
-			v.fresh = flow_fresh(&v.p, s, v.now);
+			v.fresh = v.candidate = flow_fresh(&v.p, s);
 			v.counted = 1;
 		}
 	}
 	police_path(skb, &v);
 	if (s) {
 		s->want_Bps = v.want_Bps;
-		s->rate_Bps = v.rate_Bps;
+		s->rpc_Bps = v.rpc_Bps;
+		if (v.candidate)
+			s->fresh_room = v.fresh;
 	}
 	if (v.drop)
 		return HBM_RET_DROP_CN;

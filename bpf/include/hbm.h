@@ -91,8 +91,13 @@ struct hbm_queue {
 	__u32 flows_now;   /* TCP flows that sent in the current window */
 	__u32 flows;       /* ... in the last complete window */
 	__u32 payload_q16; /* TCP payload / wire bytes, 16-bit fixed point (0: unknown) */
-	__u64 ctl_fresh;   /* wire bytes of fresh bursts (unpaced RPCs) in the interval */
+	__u64 ctl_fresh;   /* wire bytes of RPCs (fresh-burst candidates: policy.h,
+	                    * flow_fresh) in the interval */
 	__u64 fresh_Bps;   /* ... as a rate, smoothed: what the bulk flows leave to them */
+	__u64 rpc_Bps;     /* pacing cap of an idle socket when the fresh budget is
+	                    * spent (share.h): RPCs together at 7/8 of the rate */
+	__u64 fresh_vt_ns; /* the group's fresh-burst budget (policy.h, FRESH_SHARE):
+	                    * ahead of now while fresh bursts take more */
 };
 
 struct hbm_stats {
@@ -113,9 +118,10 @@ struct hbm_sock {
 	__u64 want_Bps;    /* least share of the socket's limited groups (0: none) */
 	__u64 applied;     /* what the assist last set (pacing cap B/s, or window clamp bytes) */
 	__u32 seen[HBM_MAX_LEVELS]; /* per cgroup level: the flow-count window last counted in, + 1 */
-	__u64 rate_Bps;    /* egress: the least limit on the socket's path, payload bytes/s */
-	__u64 vt_ns;       /* egress: the flow's own clock at that rate (policy.h,
-	                    * flow_fresh): ahead of now while it sends faster */
+	__u64 rpc_Bps;     /* egress: the least RPC cap of its groups (share.h), payload bytes/s */
+	__u32 fresh_room;  /* egress: 1 if its last fresh packet found room in every
+	                    * group's fresh budget (policy.h, fresh_budget) */
+	__u32 pad;
 	__u32 burst_end;   /* egress: sequence number where the current fresh burst ends */
 	__u32 burst;       /* egress: 1 while a burst is under way; 0 once everything the
 	                    * socket wrote was acked: its next packet starts a fresh burst */

@@ -30,6 +30,23 @@
  * packet (TCP sizes them to sk_pacing_rate >> 10 bytes). */
 #define FRESH_BPS ((__u64)FRESH_BURST_BYTES << 10)
 
+/* idle_cap is the cap of an idle socket: FRESH_BPS while its groups' fresh
+ * budgets had room for its last burst; else (RPCs want more than the budget)
+ * the budget's own rate, so that a back-to-back RPC loop paces itself to 7/8
+ * of its group's rate instead of being marked and dropped; never below the
+ * socket's share. */
+static __always_inline __u64 idle_cap(const struct hbm_sock *s)
+{
+	__u64 c;
+
+	if (!s->want_Bps)
+		return 0;
+	if (s->fresh_room)
+		return s->want_Bps < FRESH_BPS ? FRESH_BPS : s->want_Bps;
+	c = s->rpc_Bps;
+	return c > s->want_Bps ? c : s->want_Bps;
+}
+
 static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 {
 	struct hbm_sock *s;
@@ -56,9 +73,15 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 1;
-	if (tp_idle(tp) && (__s64)(s->vt_ns - bpf_ktime_get_ns()) <= 0) {
+	if (tp_idle(tp)) {
 		s->burst = 0;
-		pace_set(skops, tp, s, s->want_Bps && s->want_Bps < FRESH_BPS ? FRESH_BPS : s->want_Bps);
+		pace_set(skops, tp, s, idle_cap(s));
+		return 1;
+	}
+	/* An RPC under way: all its owner wrote since idle fits in the fresh
+	 * burst. It keeps the RPC cap until acked; a larger write is bulk. */
+	if (s->burst && (__s32)(tp->write_seq - s->burst_end) <= 0) {
+		pace_set(skops, tp, s, idle_cap(s));
 		return 1;
 	}
 	pace_set(skops, tp, s, s->want_Bps);

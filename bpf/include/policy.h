@@ -44,12 +44,14 @@ struct verdict {
 	struct pkt p;
 	__u64 now;
 	__u64 want_Bps;     /* least share of the levels that assist (0: none) */
-	__u64 rate_Bps;     /* least limit of the levels, payload bytes/s (0: none) */
+	__u64 rpc_Bps;      /* least RPC cap of the levels (share.h; 0: none) */
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
 	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
 	__u8 protected;     /* ingress: rx_protected() */
-	__u8 fresh;         /* egress: part of a fresh burst: never marked */
+	__u8 candidate;     /* egress: in the first 64 KB after idle (flow_fresh): an RPC */
+	__u8 fresh;         /* egress: ... and within every group's fresh budget:
+	                     * never marked, never dropped */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 };
@@ -79,33 +81,41 @@ static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock
 	return 0;
 }
 
-/* flow_fresh reports whether this egress TCP packet is part of a fresh
+/* flow_fresh reports whether this egress TCP packet may be part of a fresh
  * burst: the first FRESH_BURST_BYTES a socket sends after everything it
- * wrote was acked (pacing.h clears s->burst then), or after it was created,
- * and only while the socket stays within its group's rate (a token bucket
- * per socket at the least limit on its path, FRESH_BURST_BYTES deep): an
- * RPC goes first, but a back-to-back RPC loop does not take more than its
+ * wrote was acked (pacing.h clears s->burst then), or after it was created.
+ * Whether it is one is up to each group's fresh budget (fresh_budget): an
+ * RPC goes first, but RPCs together do not take more than 7/8 of their
  * group's rate unmarked. */
-static __always_inline int flow_fresh(const struct pkt *p, struct hbm_sock *s, __u64 now)
+static __always_inline int flow_fresh(const struct pkt *p, struct hbm_sock *s)
 {
-	__u64 rate = s->rate_Bps, cost, depth;
-	int within;
-
 	if (!s->burst) {
 		s->burst = 1;
 		s->burst_end = p->seq + FRESH_BURST_BYTES;
 	}
-	if (!rate)
-		return 1; /* its first packet: no limit known yet */
-	cost = (__u64)p->payload * 1000000000ULL / rate;
-	depth = FRESH_BURST_BYTES * 1000000000ULL / rate;
-	if ((__s64)(s->vt_ns - (now - depth)) < 0)
-		s->vt_ns = now - depth; /* idle: at most a full bucket */
-	within = (__s64)(s->vt_ns + cost - now) <= 0;
-	s->vt_ns += cost;
-	if ((__s64)(s->vt_ns - (now + depth)) > 0)
-		s->vt_ns = now + depth; /* bounded debt */
-	return within && (__s32)(p->seq + p->payload - s->burst_end) <= 0;
+	return (__s32)(p->seq + p->payload - s->burst_end) <= 0;
+}
+
+/* fresh_budget charges an RPC packet (a fresh-burst candidate) of cost ns
+ * at the group's rate to the group's RPC budget, a token bucket at 7/8 of
+ * the rate, FRESH_BURST_BYTES deep, and reports whether it had room: then
+ * the packet is fresh (never marked or dropped). RPCs that want more than
+ * the budget are bulk for the excess, and their sockets are paced to the
+ * group's RPC cap (share.h) when they go idle. Called with the queue locked. */
+static __always_inline int fresh_budget(struct hbm_queue *q, const struct hbm_config *cfg,
+					__u64 cost, __u64 now)
+{
+	__u64 depth = cost_ns_bytes(cfg, FRESH_BURST_BYTES);
+	__u64 c = cost * FRESH_COST_NUM / FRESH_COST_DEN;
+	int room;
+
+	if ((__s64)(q->fresh_vt_ns - (now - depth)) < 0)
+		q->fresh_vt_ns = now - depth; /* idle: a full bucket at most */
+	room = (__s64)(q->fresh_vt_ns + c - now) <= 0;
+	q->fresh_vt_ns += c;
+	if ((__s64)(q->fresh_vt_ns - (now + depth)) > 0)
+		q->fresh_vt_ns = now + depth; /* bounded debt */
+	return room;
 }
 
 /* cwr_roll draws the congestion code with probability (backlog - mark) /
@@ -178,14 +188,16 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	frac = q->frac;
 	cost = cost_ns(cfg, v->p.wire_bytes, &frac);
 	backlog += cost;
-	if (may_drop && (backlog > (__s64)cfg->drop_small_ns ||
+	if (v->fresh)
+		v->fresh = fresh_budget(q, cfg, cost, v->now);
+	if (may_drop && !v->fresh && (backlog > (__s64)cfg->drop_small_ns ||
 			 (v->p.len >= cfg->small_pkt_bytes && backlog > (__s64)cfg->drop_large_ns))) {
 		drop = 1;
 	} else {
 		q->vtime_ns += cost;
 		q->frac = frac;
 		if (cfg->flags & HBM_F_PACE) {
-			if (v->fresh)
+			if (v->candidate)
 				q->ctl_fresh += v->p.wire_bytes;
 			share_count(q, cfg, s, lvl, v->now);
 			share_update(q, cfg, &v->p, backlog, v->now);
@@ -203,9 +215,9 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	st->bytes += v->p.wire_bytes;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
-	if (!v->rate_Bps || cfg->rate_bps / 8 < v->rate_Bps)
-		v->rate_Bps = cfg->rate_bps / 8;
-	if (backlog <= (__s64)cfg->mark_ns || v->fresh)
+	if (q->rpc_Bps && (!v->rpc_Bps || q->rpc_Bps < v->rpc_Bps))
+		v->rpc_Bps = q->rpc_Bps;
+	if (backlog <= (__s64)cfg->mark_ns || v->candidate)
 		return 0;
 
 	if (v->p.ecn != ECN_NOT_ECT) {

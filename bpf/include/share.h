@@ -34,14 +34,30 @@
 
 #include "hbm.h"
 
-#define SHARE_INTERVAL_NS   1000000ULL   /* control interval */
+#define SHARE_INTERVAL_NS   1000000ULL   /* control interval, at least ... */
+#define SHARE_INTERVAL_PKTS 128          /* ... and the time of this many full packets */
 #define SHARE_DRAIN_NS      4000000ULL   /* drain the backlog above target in this */
 #define SHARE_Q             16           /* fixed-point shift of the correction ratio */
-#define SHARE_RATIO_MAX     (16ULL << SHARE_Q) /* at most 16x up or down per interval */
-#define FLOW_WINDOW_MIN_NS  10000000ULL  /* flow-count window bounds */
+#ifndef SHARE_GAIN_DEN
+#define SHARE_GAIN_DEN      4
+#endif
+#ifndef SHARE_RATIO_SHIFT
+#define SHARE_RATIO_SHIFT   1
+#endif
+#define SHARE_RATIO_MAX     ((1ULL << SHARE_Q) << SHARE_RATIO_SHIFT) /* at most 4x up ... */
+#define SHARE_RATIO_MIN     ((1ULL << SHARE_Q) >> SHARE_RATIO_SHIFT) /* ... or down per interval */
+#define FLOW_WINDOW_MIN_NS  250000000ULL  /* flow-count window bounds */
 #define FLOW_WINDOW_MAX_NS  500000000ULL
 #define FLOW_GAP_BYTES      (4 * 2 * 1514ULL) /* four gaps of two full segments */
-#define PAYLOAD_Q16_DEFAULT 63250        /* 1448 / 1500 in 16-bit fixed point */
+#define PAYLOAD_Q16_DEFAULT 63250
+/* Fresh bursts together may take at most 7/8 of a group's rate (bulk flows
+ * keep an eighth): a group's budget, FRESH_BURST_BYTES deep, charged at
+ * 8/7 of a packet's cost. */
+#define FRESH_COST_NUM 8
+#define FRESH_COST_DEN 7
+#ifndef SHARE_FLOOR_SHIFT
+#define SHARE_FLOOR_SHIFT 1
+#endif        /* 1448 / 1500 in 16-bit fixed point */
 
 /* share_flows is the group's flow count: the larger of the last window's and
  * the current one's, so a burst of new flows lowers the share at once. */
@@ -83,6 +99,18 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 	}
 }
 
+/* share_interval is the control interval at rate bytes/s: long enough for
+ * SHARE_INTERVAL_PKTS full packets, so that what a group sends in one is not
+ * all or nothing (bursty senders, sparse ACKs), within [1 ms, 64 ms]. */
+static __always_inline __u64 share_interval(__u64 rate)
+{
+	__u64 t = rate ? SHARE_INTERVAL_PKTS * 1514ULL * 1000000000ULL / rate : 0;
+
+	if (t < SHARE_INTERVAL_NS)
+		return SHARE_INTERVAL_NS;
+	return t > 64 * SHARE_INTERVAL_NS ? 64 * SHARE_INTERVAL_NS : t;
+}
+
 /* share_update accounts a packet to the control interval and, when one ends,
  * corrects the group's share. Called with the queue locked. Bounds keep
  * products below 2^63: rates <= 5e10 bytes/s, the ratio <= 2^20, bytes per
@@ -90,7 +118,7 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 static __always_inline void share_update(struct hbm_queue *q, const struct hbm_config *cfg,
 					 const struct pkt *p, __s64 backlog, __u64 now)
 {
-	__u64 rate = cfg->rate_bps / 8, c = q->share_Bps, dt, y, target, ratio, floor, ceil;
+	__u64 rate = cfg->rate_bps / 8, c = q->share_Bps, dt, y, y_rpc, r, target, ratio, floor, ceil;
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
 	__s64 excess, left;
 
@@ -113,7 +141,7 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		q->ctl_tcp_payload += p->payload;
 	}
 	dt = now - q->ctl_ns;
-	if ((__s64)dt < (__s64)SHARE_INTERVAL_NS) {
+	if ((__s64)dt < (__s64)share_interval(rate)) {
 		q->share_Bps = c ? c : 1;
 		return;
 	}
@@ -122,9 +150,23 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	y = q->ctl_wire * 1000000ULL / (dt / 1000); /* bytes/s; dt in us */
 	if (q->ctl_tcp_wire > 64 * 1024 && q->ctl_tcp_payload <= q->ctl_tcp_wire)
 		q->payload_q16 = (q->ctl_tcp_payload << 16) / q->ctl_tcp_wire;
-	/* Halfway to this interval's rate of fresh bursts. */
-	q->fresh_Bps = (q->fresh_Bps + q->ctl_fresh * 1000000ULL / (dt / 1000)) / 2;
+	/* Halfway to this interval's rate of RPCs. */
+	y_rpc = q->ctl_fresh * 1000000ULL / (dt / 1000);
+	q->fresh_Bps = (q->fresh_Bps + y_rpc) / 2;
 	q->ctl_fresh = 0;
+	/* The RPC cap, after RCP too: RPCs together at most 7/8 of the rate. */
+	r = q->rpc_Bps ? q->rpc_Bps : ceil;
+	ratio = y_rpc ? ((rate * FRESH_COST_DEN / FRESH_COST_NUM) << SHARE_Q) / y_rpc : SHARE_RATIO_MAX;
+	if (ratio > SHARE_RATIO_MAX)
+		ratio = SHARE_RATIO_MAX;
+	if (ratio < SHARE_RATIO_MIN)
+		ratio = SHARE_RATIO_MIN;
+	r = (r + ((r * ratio) >> SHARE_Q)) / 2;
+	if (r > ceil)
+		r = ceil;
+	if (r < (ceil >> 6))
+		r = ceil >> 6;
+	q->rpc_Bps = r;
 	q->ctl_ns = now;
 	q->ctl_wire = 0;
 	q->ctl_tcp_wire = 0;
@@ -141,10 +183,10 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	ratio = y ? (target << SHARE_Q) / y : SHARE_RATIO_MAX;
 	if (ratio > SHARE_RATIO_MAX)
 		ratio = SHARE_RATIO_MAX;
-	if (ratio < ((1ULL << SHARE_Q) >> 4))
-		ratio = (1ULL << SHARE_Q) >> 4;
+	if (ratio < SHARE_RATIO_MIN)
+		ratio = SHARE_RATIO_MIN;
 	/* Halfway to the computed rate: smooths the estimate. */
-	c = (c + ((c * ratio) >> SHARE_Q)) / 2;
+	c = (c * (SHARE_GAIN_DEN - 1) + ((c * ratio) >> SHARE_Q)) / SHARE_GAIN_DEN;
 	if (c > ceil)
 		c = ceil;
 	if (c < floor)

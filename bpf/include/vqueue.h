@@ -18,6 +18,12 @@ static __always_inline __u64 cost_ns(const struct hbm_config *cfg, __u64 wire_by
 	return wire_bytes * cfg->ns_per_byte + (f >> 32);
 }
 
+/* cost_ns_bytes is cost_ns without the remainder, for budgets. */
+static __always_inline __u64 cost_ns_bytes(const struct hbm_config *cfg, __u64 wire_bytes)
+{
+	return wire_bytes * cfg->ns_per_byte + (wire_bytes * cfg->ns_per_byte_frac >> 32);
+}
+
 /* vq_clamp applies the queue's bounds and returns its backlog before the next
  * packet: negative means credit. An idle queue keeps at most burst_ns of credit
  * however long it idled (hours, or a vtime of 0 on creation), and the backlog

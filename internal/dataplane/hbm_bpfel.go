@@ -71,20 +71,23 @@ type hbmHbmQueue struct {
 	PayloadQ16    uint32
 	CtlFresh      uint64
 	FreshBps      uint64
+	RpcBps        uint64
+	FreshVtNs     uint64
 }
 
 type hbmHbmSock struct {
-	_        structs.HostLayout
-	WantBps  uint64
-	Applied  uint64
-	Seen     [32]uint32
-	RateBps  uint64
-	VtNs     uint64
-	BurstEnd uint32
-	Burst    uint32
-	HoleNs   uint64
-	HoleEnd  uint32
-	Pad2     uint32
+	_         structs.HostLayout
+	WantBps   uint64
+	Applied   uint64
+	Seen      [32]uint32
+	RpcBps    uint64
+	FreshRoom uint32
+	Pad       uint32
+	BurstEnd  uint32
+	Burst     uint32
+	HoleNs    uint64
+	HoleEnd   uint32
+	Pad2      uint32
 }
 
 type hbmHbmStats struct {

@@ -388,3 +388,13 @@ func outputCtx(ctx context.Context, name string, args ...string) (string, error)
 	}
 	return stdout.String(), nil
 }
+
+// SenderTxBytes is the sender veth's tx_bytes: whole frames (Ethernet header
+// included), everything the sender namespace transmitted.
+func (tb *Testbed) SenderTxBytes() (uint64, error) {
+	out, err := output("ip", "netns", "exec", tb.SenderNS, "cat", "/sys/class/net/"+tb.SenderDev+"/statistics/tx_bytes")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSpace(out), 10, 64)
+}
