@@ -96,7 +96,7 @@ struct hbm_queue {
 	__u64 fresh_Bps;   /* ... as a rate, smoothed: what the bulk flows leave to them */
 	__u64 rpc_Bps;     /* pacing cap of an idle socket when the fresh budget is
 	                    * spent (share.h): RPCs together at 7/8 of the rate */
-	__u64 fresh_vt_ns; /* the group's fresh-burst budget (policy.h, FRESH_SHARE):
+	__u64 fresh_vt_ns; /* the group's RPC budget (policy.h, fresh_budget):
 	                    * ahead of now while fresh bursts take more */
 };
 

@@ -9,16 +9,18 @@
  * really has, so a workload that lifts its own cap is capped again on its
  * next ACK.
  *
- * Small transfers first: a socket whose every written byte was acked is idle;
- * if it is within its group's rate (policy.h, flow_fresh), its cap is raised to
- * FRESH_BPS, so the next burst it sends (an RPC's
- * request or reply) leaves at once instead of at the bulk share: TCP sizes a
- * TSO packet to a millisecond at the pacing rate, so at FRESH_BPS its first
- * 64 KB go as one packet, unpaced, and the egress program does not mark them
- * (policy.h, fresh bursts). Not unlimited: a socket with a large cwnd would
- * send a whole 1 MB transfer within the RTT before its first ACK (measured:
- * a group of 1 MB RPCs at 8x its limit). The first ACK that finds data still
- * outstanding caps it to its share again.
+ * Small transfers first: a socket whose every written byte was acked is
+ * idle, and what it writes next, up to 64 KB, is an RPC (policy.h,
+ * flow_fresh). Its cap is raised to FRESH_BPS while its group's RPC budget
+ * had room for its last RPC, so the next burst leaves at once instead of at
+ * the bulk share: TCP sizes a TSO packet to a millisecond at the pacing
+ * rate, so at FRESH_BPS its first 64 KB go as one packet, unpaced. Without
+ * room it gets the group's RPC cap (share.h: RPCs together at 7/8 of the
+ * rate). It keeps that cap until the RPC is acked, while all its owner wrote
+ * fits in the 64 KB; a larger write is bulk and the next ACK caps it to its
+ * share. Not unlimited: a socket with a large cwnd would send a whole 1 MB
+ * transfer within the RTT before its first ACK (measured: a group of 1 MB
+ * RPCs at 8x its limit).
  */
 #ifndef HBM_PACING_H
 #define HBM_PACING_H

@@ -10,10 +10,11 @@
  *   backlog > drop_large        large packets dropped
  *   backlog > drop_small        all packets dropped
  * Never dropped: anything under HBM_F_NO_DROP; on egress, TCP flows with
- * fewer than min_inflight packets out (the probe timer would stall them); on
+ * fewer than min_inflight packets out (the probe timer would stall them) and
+ * fresh RPC packets (within their group's RPC budget, fresh_budget); on
  * ingress, what rx_protected() spares (the receiver's proxy for the same
- * rule). Never marked: egress packets of a flow within its share, in
- * bursts of up to 64 KB (flow_fresh: an RPC goes first, bulk yields).
+ * rule). Never marked: egress RPC packets, the first 64 KB a socket sends
+ * after idle (flow_fresh): the RPC class is steered by pacing (pacing.h).
  * Dropped packets are not charged.
  *
  * Egress drops carry the congestion code: TCP learns of the drop at once and

@@ -15,10 +15,11 @@
  *  - The flow count N: TCP flows that sent in the last window. A flow is
  *    counted once per window (its per-level slot in hbm_sock.seen holds the
  *    window number). The window lasts about four of a flow's sending gaps at
- *    its share (two full segments at limit/N), within [10 ms, 500 ms], so a
- *    flow held to a small share is still seen; a flow that stops is
+ *    its share (two full segments at limit/N), within [250 ms, 500 ms], so a
+ *    flow held to a small share is still seen (bbr flows at a few Mbit/s
+ *    stall for 100+ ms between clumps: docs/design.md); a flow that stops is
  *    forgotten within two windows, and a new one counts at once.
- *  - The share, after RCP: every control interval it measures what the
+ *  - The share, after RCP: every control interval (share_interval) it measures what the
  *    group sent, y, and scales the share by target / y, where target is the
  *    rate less what drains the backlog above pace_target_ns in SHARE_DRAIN_NS.
  *    Flows that send less than the share (RPCs) leave it to the others. The
