@@ -428,6 +428,26 @@ scrape_configs:
 	}
 	time.Sleep(time.Second)
 	window("daemon", "200mbit")
+
+	// hbm top, under the same traffic: the group near 100% of its limit,
+	// first in the list.
+	topOut, err := l.hbm.Run("top", "-n", "1", "--interval", "1s")
+	if err != nil {
+		t.Fatalf("hbm top: %v", err)
+	}
+	t.Logf("hbm top:\n%s", topOut)
+	var first []string
+	for _, line := range strings.Split(topOut, "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && strings.HasPrefix(f[0], "/") {
+			first = f
+			break
+		}
+	}
+	if len(first) < 5 || first[0] != w || first[1] != "egress" {
+		t.Errorf("hbm top: first row %q, want %s egress", first, w)
+	} else if use, err := strconv.ParseFloat(strings.TrimSuffix(first[4], "%"), 64); err != nil || use < 85 || use > 105 {
+		t.Errorf("hbm top: %s at %s of its limit, want 85-105%%", w, first[4])
+	}
 	var after float64
 	if !waitFor(10*time.Second, func() bool { v, ok := l.promQuery(q); after = v; return ok && v > before+20e6 }) {
 		t.Errorf("prometheus: %s went from %.0f to %.0f, want a rise of > 20 MB", q, before, after)
