@@ -536,3 +536,70 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestDaemonKilledMidPass: a daemon SIGKILLed after each step of its first
+// pass (through the data plane's test hook HBM_TEST_STOP_AFTER) leaves a
+// state the next daemon finishes: every declared limit in force and owned
+// (a config that declares nothing then removes them all, and only them).
+func TestDaemonKilledMidPass(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: integration test (root, BPF, cgroups)")
+	}
+	testutil.RequireRoot(t)
+	mnt, err := cgroup.Mount()
+	if err != nil {
+		testutil.Missing(t, "cgroup2", err)
+	}
+	l := &dmnLab{t: t, bin: testutil.HBMBinary(t), pinDir: "/sys/fs/bpf/hbm-test-dmnkill", top: "/hbm-test-dmnkill", mnt: mnt}
+	l.hbm = testbed.HBM{Bin: l.bin, PinDir: l.pinDir}
+	l.cfgPath = filepath.Join(t.TempDir(), "hbm.yaml")
+	l.reset()
+	t.Cleanup(l.reset)
+	a, _ := l.mk("a")
+	b, _ := l.mk("a/b")
+	c, _ := l.mk("c")
+	hand, _ := l.mk("hand")
+	l.writeConfig("limits:\n  - cgroup: TOP/a\n    egress: 200mbit\n    ingress: 300mbit\n  - cgroup: TOP/a/b\n    egress: 100mbit\n  - cgroup: TOP/c\n    egress: 1gbit\n")
+	want := map[string]uint64{a + " egress": 200e6, a + " ingress": 300e6, b + " egress": 100e6, c + " egress": 1e9, hand + " egress": 50e6}
+	run := func(env ...string) *bgProc {
+		return startBg(t, append(env, "HBM_PIN_DIR="+l.pinDir), l.bin, "daemon", "--config", l.cfgPath, "--metrics", "")
+	}
+	killedAt := 0
+	for n := 1; n <= 40; n++ {
+		os.RemoveAll(l.pinDir)
+		if err := l.hbm.Set(hand, "50mbit"); err != nil {
+			t.Fatal(err)
+		}
+		p := run(fmt.Sprintf("HBM_TEST_STOP_AFTER=%d", n))
+		if !waitFor(20*time.Second, func() bool {
+			select {
+			case <-p.done:
+				return true
+			default:
+				return strings.Contains(p.out.String(), "first pass")
+			}
+		}) {
+			t.Fatalf("step %d: daemon neither killed nor done within 20s", n)
+		}
+		if strings.Contains(p.out.String(), "first pass") {
+			p.kill(syscall.SIGTERM)
+			break // the pass has fewer steps than n: all covered
+		}
+		killedAt = n
+		p = run()
+		if !waitFor(20*time.Second, func() bool { return strings.Contains(p.out.String(), "first pass") }) {
+			t.Fatalf("step %d: restarted daemon made no first pass:\n%s", n, p.out.String())
+		}
+		l.expectRates(fmt.Sprintf("killed after step %d, restarted", n), want, 5*time.Second)
+		l.writeConfig("limits: []\n")
+		l.expectRates(fmt.Sprintf("killed after step %d, nothing declared", n), map[string]uint64{hand + " egress": 50e6}, 5*time.Second)
+		if err := p.kill(syscall.SIGTERM); err != nil {
+			t.Errorf("step %d: daemon after SIGTERM: %v", n, err)
+		}
+		l.writeConfig("limits:\n  - cgroup: TOP/a\n    egress: 200mbit\n    ingress: 300mbit\n  - cgroup: TOP/a/b\n    egress: 100mbit\n  - cgroup: TOP/c\n    egress: 1gbit\n")
+	}
+	if killedAt < 5 {
+		t.Errorf("the first pass was killed after at most %d steps: the hook did not work", killedAt)
+	}
+	t.Logf("daemon killed after each of the %d steps of its first pass, repaired each time", killedAt)
+}
