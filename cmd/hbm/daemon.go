@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -70,7 +71,7 @@ name the same group and direction, the first wins.`,
 				if err != nil {
 					return err
 				}
-				cmd.Printf("%s: %d rules, valid\n", config, len(cfg.Rules))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d rules, valid\n", config, len(cfg.Rules))
 				return nil
 			}
 			if err := requireRoot(); err != nil {
