@@ -53,6 +53,7 @@ func newExecLab(t *testing.T) *execLab {
 			}
 		}
 		os.RemoveAll(l.pinDir)
+		syscall.Rmdir(filepath.Join(mnt, execcg.Parent)) // only if empty: other runs' groups stay
 	})
 	return l
 }
