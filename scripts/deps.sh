@@ -8,6 +8,9 @@ command -v clang   >/dev/null || need+=(clang llvm)
 command -v bpftool >/dev/null || need+=(bpftool)
 command -v ip      >/dev/null || need+=(iproute2)
 command -v tc      >/dev/null || need+=(iproute2)
+# The daemon's end-to-end test scrapes it with a real Prometheus; promtool
+# (same package) lints the metrics.
+command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them" >&2

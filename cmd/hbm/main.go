@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/hbm-dev/hbm/internal/execcg"
 )
 
 // version is set at link time (-ldflags "-X main.version=...").
@@ -46,7 +48,25 @@ cgroup skb hooks. Over its rate a group's TCP senders are told to slow down
 	for _, add := range commands {
 		root.AddCommand(add())
 	}
+	root.PersistentPreRun = cleanupExec
 	return root
+}
+
+// cleansExec lists the commands that first clean up after killed hbm execs
+// (their cgroups and limits): the ones that work on limits.
+var cleansExec = map[string]bool{"set": true, "unset": true, "show": true, "prune": true, "exec": true, "top": true, "daemon": true}
+
+func cleanupExec(cmd *cobra.Command, _ []string) {
+	if !cleansExec[cmd.Name()] || cmd.Parent() != cmd.Root() || os.Geteuid() != 0 {
+		return
+	}
+	done, err := execcg.Cleanup(pinDir)
+	for _, g := range done {
+		fmt.Fprintf(os.Stderr, "hbm: removed %s and its limits, left by a killed hbm exec\n", g)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "hbm: warning: cleaning up after a killed hbm exec: %v\n", err)
+	}
 }
 
 // commands is filled by the init functions of the subcommand files.

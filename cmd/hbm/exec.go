@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/execcg"
+	"github.com/hbm-dev/hbm/internal/rate"
+)
+
+// hbm exec: flags and exit status; the logic is internal/execcg.
+
+func init() {
+	commands = append(commands, newExecCmd)
+}
+
+func newExecCmd() *cobra.Command {
+	var (
+		egress, ingress rate.Rate
+		th              rate.Thresholds
+		loopback        bool
+		noDrop          bool
+		noPace          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec [--egress RATE] [--ingress RATE] -- CMD [ARGS...]",
+		Short: "Run a command in a fresh cgroup with its own limits",
+		Long: `Run CMD in a fresh cgroup (` + execcg.Parent + `/<pid>-<start>) limited as the flags say,
+and remove the cgroup and its limits when CMD ends. hbm exits with CMD's exit
+status, or is killed by the signal that killed it (128+N for signals hbm
+cannot re-raise). Signals hbm receives are passed to CMD (SIGINT and SIGQUIT
+are left to the terminal when there is one: it sends them to CMD itself).
+If hbm is killed, CMD is killed with it, and the next hbm command (exec, set,
+unset, show, prune, top, daemon) removes the group and its limits.
+
+hbm exec's own failures exit 125 (setup), 126 (CMD cannot run) or 127 (CMD
+not found). The options are hbm set's.`,
+		Example: `  hbm exec --egress 200mbit -- curl -O https://example.com/big.iso
+  hbm exec --egress 1gbit --ingress 500mbit -- ./backup.sh /data`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 {
+				return usagef("exec: put the command after --: hbm exec [flags] -- CMD [ARGS...]")
+			}
+			mk := func(flag string, r rate.Rate) (*dataplane.Limit, error) {
+				if !cmd.Flags().Changed(flag) {
+					return nil, nil
+				}
+				t := th.Fit(r)
+				if err := t.Validate(); err != nil {
+					return nil, usageError{fmt.Errorf("--%s %v: %w", flag, r, err)}
+				}
+				return &dataplane.Limit{Rate: r, Thresholds: t, Loopback: loopback, NoDrop: noDrop, NoPace: noPace}, nil
+			}
+			eg, err := mk("egress", egress)
+			if err != nil {
+				return err
+			}
+			in, err := mk("ingress", ingress)
+			if err != nil {
+				return err
+			}
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			res, err := execcg.Run(execcg.Options{
+				PinDir: pinDir, Egress: eg, Ingress: in, Argv: args,
+				Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+				Warn: func(format string, a ...any) { fmt.Fprintf(os.Stderr, "hbm: warning: "+format+"\n", a...) },
+			})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "hbm: exec: %v\n", err)
+				os.Exit(res.Code)
+			}
+			if res.Signal != 0 {
+				execcg.Reraise(res.Signal)
+			}
+			os.Exit(res.Code)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Var(&egress, "egress", "egress `RATE` (e.g. 200mbit, 1gbit)")
+	f.Var(&ingress, "ingress", "ingress `RATE` (e.g. 500mbit, 9gbit)")
+	f.BoolVar(&loopback, "loopback", false, "police loopback traffic too (exempt by default)")
+	f.BoolVar(&noDrop, "no-drop", false, "mark only, never drop")
+	f.BoolVar(&noPace, "no-pace", false, "no assist: police with marks and drops only")
+	f.DurationVar(&th.Burst, "burst", rate.DefaultBurst, "credit an idle group keeps, in time at RATE")
+	f.DurationVar(&th.Pace, "pace", rate.DefaultPace, "virtual queue the pacing assist steers each group to")
+	f.DurationVar(&th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked")
+	f.DurationVar(&th.DropLarge, "drop-large", rate.DefaultDropLarge, "virtual queue above which large packets are dropped")
+	f.DurationVar(&th.DropSmall, "drop-small", rate.DefaultDropSmall, "virtual queue above which all packets are dropped")
+	return cmd
+}

@@ -1,0 +1,332 @@
+// Package daemon is `hbm daemon`: it keeps the limits a configuration file
+// declares in force as cgroups come and go. The pieces are kept apart so
+// that most can be tested without root:
+//
+//   - config.go: the file, parsed and validated, every error with file:line;
+//   - resolve.go: the declared selectors (cgroup, unit, glob) turned into
+//     the groups that exist now, and the directories to watch for changes;
+//   - reconcile.go: declared against actual against owned, as a plan (pure);
+//   - owned.go: which limits the daemon applied, pinned next to them;
+//   - watch.go: inotify on the cgroup directories and the config file;
+//   - daemon.go: the loop (passes, SIGHUP, reload, sd_notify, metrics).
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/rate"
+)
+
+// Kind is how a rule names its groups.
+type Kind int
+
+const (
+	KindCgroup Kind = iota // one cgroup path, relative to the cgroup2 mount
+	KindUnit               // a systemd unit, resolved to its cgroup
+	KindGlob               // every cgroup whose path matches a pattern
+)
+
+func (k Kind) String() string { return [...]string{"cgroup", "unit", "glob"}[k] }
+
+// Rule is one entry of the file's limits list.
+type Rule struct {
+	Line    int    // where the entry starts in the file
+	Kind    Kind   // which selector the entry uses
+	Value   string // the cgroup path (cleaned), unit name or glob pattern
+	Egress  *dataplane.Limit
+	Ingress *dataplane.Limit
+}
+
+// Config is a parsed and validated configuration file.
+type Config struct {
+	Path  string
+	Rules []Rule
+}
+
+// Error is a configuration error at a place in the file.
+type Error struct {
+	File string
+	Line int // 0: the file as a whole
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+}
+
+// maxConfigBytes bounds the file (1,000 rules take about 50 KB).
+const maxConfigBytes = 16 << 20
+
+// Load reads and parses the configuration file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &Error{File: path, Msg: err.Error()}
+	}
+	return Parse(path, data)
+}
+
+// ruleKeys are the fields of a rule: one selector, the rates, and one field
+// per option of `hbm set`.
+var ruleKeys = map[string]string{
+	"cgroup": "selector", "unit": "selector", "glob": "selector",
+	"egress": "rate", "ingress": "rate",
+	"loopback": "bool", "no_drop": "bool", "no_pace": "bool",
+	"burst": "duration", "pace": "duration", "mark": "duration", "drop_large": "duration", "drop_small": "duration",
+	"min_inflight": "uint",
+}
+
+// yamlLine finds the line in a yaml.v3 error message ("yaml: line 3: ...").
+var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// Parse parses and validates a configuration. name is used in errors.
+func Parse(name string, data []byte) (*Config, error) {
+	if len(data) > maxConfigBytes {
+		return nil, &Error{File: name, Msg: fmt.Sprintf("larger than %d bytes", maxConfigBytes)}
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{File: name, Msg: "empty file: want a limits: list"}
+		}
+		msg := err.Error()
+		line := 0
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			line, _ = strconv.Atoi(m[1])
+			msg = m[2]
+		}
+		return nil, &Error{File: name, Line: line, Msg: msg}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		line := extra.Line
+		if len(extra.Content) > 0 {
+			line = extra.Content[0].Line
+		}
+		return nil, &Error{File: name, Line: line, Msg: "a second YAML document: want one"}
+	}
+	cfg := &Config{Path: name}
+	p := parser{file: name}
+	if len(doc.Content) == 0 {
+		return nil, &Error{File: name, Msg: "empty file: want a limits: list"}
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, p.errf(root, "want a mapping with a limits: list at the top")
+	}
+	var limits *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "limits":
+			if limits != nil {
+				return nil, p.errf(k, "limits: given twice")
+			}
+			limits = v
+		default:
+			return nil, p.errf(k, "unknown key %q (the top level has only limits:)", k.Value)
+		}
+	}
+	if limits == nil {
+		return nil, p.errf(root, "no limits: list")
+	}
+	if limits.Kind == yaml.ScalarNode && limits.Tag == "!!null" {
+		return cfg, nil // "limits:" with nothing: no limits declared
+	}
+	if limits.Kind != yaml.SequenceNode {
+		return nil, p.errf(limits, "limits: want a list of entries (- cgroup: ...)")
+	}
+	seen := map[string]int{}
+	for _, n := range limits.Content {
+		r, err := p.rule(n)
+		if err != nil {
+			return nil, err
+		}
+		id := r.Kind.String() + " " + r.Value
+		if prev, ok := seen[id]; ok {
+			return nil, p.errf(n, "%s %s already declared at line %d", r.Kind, r.Value, prev)
+		}
+		seen[id] = r.Line
+		cfg.Rules = append(cfg.Rules, r)
+	}
+	return cfg, nil
+}
+
+type parser struct{ file string }
+
+func (p parser) errf(n *yaml.Node, format string, args ...any) error {
+	return &Error{File: p.file, Line: n.Line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// rule parses one entry of the limits list.
+func (p parser) rule(n *yaml.Node) (Rule, error) {
+	r := Rule{Line: n.Line}
+	if n.Kind != yaml.MappingNode {
+		return r, p.errf(n, "a limit entry must be a mapping (cgroup:/unit:/glob: and egress:/ingress:)")
+	}
+	var (
+		egress, ingress rate.Rate
+		th              = rate.Thresholds{Burst: rate.DefaultBurst, Pace: rate.DefaultPace, Mark: rate.DefaultMark,
+			DropLarge: rate.DefaultDropLarge, DropSmall: rate.DefaultDropSmall}
+		opts     dataplane.Limit
+		selector *yaml.Node
+		seen     = map[string]bool{}
+	)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		typ, ok := ruleKeys[k.Value]
+		if !ok {
+			return r, p.errf(k, "unknown field %q (fields: cgroup, unit, glob, egress, ingress, loopback, no_drop, no_pace, burst, pace, mark, drop_large, drop_small, min_inflight)", k.Value)
+		}
+		if seen[k.Value] {
+			return r, p.errf(k, "%s given twice", k.Value)
+		}
+		seen[k.Value] = true
+		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+			return r, p.errf(v, "%s: want a value", k.Value)
+		}
+		switch typ {
+		case "selector":
+			if selector != nil {
+				return r, p.errf(k, "%s: an entry names its groups once (%s already given)", k.Value, selector.Value)
+			}
+			selector = k
+			if err := p.selector(&r, k.Value, v); err != nil {
+				return r, err
+			}
+		case "rate":
+			rt, err := rate.Parse(v.Value)
+			if err != nil {
+				return r, p.errf(v, "%s: %v", k.Value, err)
+			}
+			if k.Value == "egress" {
+				egress = rt
+			} else {
+				ingress = rt
+			}
+		case "bool":
+			b, err := strconv.ParseBool(v.Value)
+			if err != nil || v.Tag != "!!bool" {
+				return r, p.errf(v, "%s: want true or false, not %q", k.Value, v.Value)
+			}
+			switch k.Value {
+			case "loopback":
+				opts.Loopback = b
+			case "no_drop":
+				opts.NoDrop = b
+			case "no_pace":
+				opts.NoPace = b
+			}
+		case "duration":
+			d, err := time.ParseDuration(v.Value)
+			if err != nil || d < 0 {
+				return r, p.errf(v, "%s: want a duration such as 4ms or 500us, not %q", k.Value, v.Value)
+			}
+			*map[string]*time.Duration{"burst": &th.Burst, "pace": &th.Pace, "mark": &th.Mark,
+				"drop_large": &th.DropLarge, "drop_small": &th.DropSmall}[k.Value] = d
+		case "uint":
+			u, err := strconv.ParseUint(v.Value, 10, 32)
+			if err != nil {
+				return r, p.errf(v, "%s: want a whole number, not %q", k.Value, v.Value)
+			}
+			opts.MinInflight = uint32(u)
+		}
+	}
+	if selector == nil {
+		return r, p.errf(n, "the entry names no groups: give cgroup:, unit: or glob:")
+	}
+	if egress == 0 && ingress == 0 {
+		return r, p.errf(n, "%s %s: give a rate with egress: and/or ingress:", r.Kind, r.Value)
+	}
+	for _, d := range []struct {
+		name string
+		rt   rate.Rate
+		dst  **dataplane.Limit
+	}{{"egress", egress, &r.Egress}, {"ingress", ingress, &r.Ingress}} {
+		if d.rt == 0 {
+			continue
+		}
+		l := opts
+		l.Rate = d.rt
+		l.Thresholds = th.Fit(d.rt)
+		if l.MinInflight == 0 {
+			l.MinInflight = dataplane.DefaultMinInflight
+		}
+		if err := l.Thresholds.Validate(); err != nil {
+			return r, p.errf(n, "%s %v: %v", d.name, d.rt, err)
+		}
+		if err := l.Validate(); err != nil {
+			return r, p.errf(n, "%s %v: %v", d.name, d.rt, err)
+		}
+		*d.dst = &l
+	}
+	return r, nil
+}
+
+// unitName is what systemd accepts as a unit name with a type suffix.
+var unitName = regexp.MustCompile(`^[A-Za-z0-9:_.\\@-]+\.(service|scope|slice|socket|mount|swap|timer|path|target|device|automount)$`)
+
+func (p parser) selector(r *Rule, key string, v *yaml.Node) error {
+	val := v.Value
+	switch key {
+	case "unit":
+		r.Kind = KindUnit
+		if !unitName.MatchString(val) || len(val) > 255 {
+			return p.errf(v, "unit: %q is not a systemd unit name (e.g. nginx.service)", val)
+		}
+		r.Value = val
+		return nil
+	case "cgroup":
+		r.Kind = KindCgroup
+	case "glob":
+		r.Kind = KindGlob
+	}
+	if !strings.HasPrefix(val, "/") {
+		return p.errf(v, "%s: %q must start with / (a path relative to the cgroup2 mount)", key, val)
+	}
+	if strings.ContainsRune(val, 0) {
+		return p.errf(v, "%s: contains a NUL byte", key)
+	}
+	for _, seg := range strings.Split(strings.Trim(val, "/"), "/") {
+		if seg == "." || seg == ".." {
+			return p.errf(v, "%s: %q: no . or .. segments", key, val)
+		}
+	}
+	clean := path.Clean(val)
+	if depth := strings.Count(clean, "/"); clean != "/" && depth > dataplane.MaxLevel {
+		return p.errf(v, "%s: %q is %d levels deep: hbm limits groups at most %d levels deep", key, val, depth, dataplane.MaxLevel)
+	}
+	if key == "glob" {
+		if clean == "/" {
+			return p.errf(v, "glob: / matches only the root group: write cgroup: /")
+		}
+		for _, seg := range strings.Split(strings.Trim(clean, "/"), "/") {
+			if seg == "**" {
+				return p.errf(v, "glob: ** is not supported: a * matches one path segment")
+			}
+			if _, err := path.Match(seg, ""); err != nil {
+				return p.errf(v, "glob: %q: bad pattern in segment %q", val, seg)
+			}
+		}
+	} else if strings.ContainsAny(clean, "*?[") {
+		return p.errf(v, "cgroup: %q contains a pattern character: use glob: for patterns", val)
+	}
+	r.Value = clean
+	return nil
+}

@@ -1,0 +1,188 @@
+package daemon
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/rate"
+)
+
+const issueExample = `limits:
+  - cgroup: /batch            # a cgroup path relative to the cgroup2 mount
+    egress: 300mbit
+  - unit: nginx.service       # a systemd unit, resolved to its cgroup
+    egress: 2gbit
+    ingress: 1gbit
+  - glob: /workloads/*/job-*  # every matching cgroup, as they come and go
+    egress: 100mbit
+  - cgroup: /
+    ingress: 9gbit
+    no_drop: true
+`
+
+func TestParseIssueExample(t *testing.T) {
+	cfg, err := Parse("hbm.yaml", []byte(issueExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Rules) != 4 {
+		t.Fatalf("%d rules, want 4", len(cfg.Rules))
+	}
+	want := []struct {
+		kind            Kind
+		value           string
+		line            int
+		egress, ingress rate.Rate
+	}{
+		{KindCgroup, "/batch", 2, 300e6, 0},
+		{KindUnit, "nginx.service", 4, 2e9, 1e9},
+		{KindGlob, "/workloads/*/job-*", 7, 100e6, 0},
+		{KindCgroup, "/", 9, 0, 9e9},
+	}
+	for i, w := range want {
+		r := cfg.Rules[i]
+		if r.Kind != w.kind || r.Value != w.value || r.Line != w.line {
+			t.Errorf("rule %d: %v %q line %d, want %v %q line %d", i, r.Kind, r.Value, r.Line, w.kind, w.value, w.line)
+		}
+		for _, d := range []struct {
+			l *dataplane.Limit
+			r rate.Rate
+		}{{r.Egress, w.egress}, {r.Ingress, w.ingress}} {
+			switch {
+			case d.r == 0 && d.l != nil:
+				t.Errorf("rule %d: unexpected limit %+v", i, d.l)
+			case d.r != 0 && (d.l == nil || d.l.Rate != d.r):
+				t.Errorf("rule %d: limit %+v, want rate %v", i, d.l, d.r)
+			}
+		}
+	}
+	if !cfg.Rules[3].Ingress.NoDrop {
+		t.Errorf("no_drop not set on the root rule")
+	}
+	// Defaults are exactly what `hbm set` applies (so an adopted limit
+	// compares equal with what it declares).
+	l := cfg.Rules[0].Egress
+	if l.Thresholds != rate.Default(300e6) || l.MinInflight != dataplane.DefaultMinInflight || l.NoPace || l.Loopback {
+		t.Errorf("defaults: %+v, want thresholds %+v", l, rate.Default(300e6))
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	cfg, err := Parse("f", []byte(`limits:
+  - cgroup: /a/b
+    egress: 1gbit
+    ingress: 500mbit
+    loopback: true
+    no_pace: true
+    no_drop: false
+    burst: 200us
+    pace: 100us
+    mark: 500us
+    drop_large: 20ms
+    drop_small: 40ms
+    min_inflight: 4
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*dataplane.Limit{cfg.Rules[0].Egress, cfg.Rules[0].Ingress} {
+		th := rate.Thresholds{Burst: 200 * time.Microsecond, Pace: 100 * time.Microsecond, Mark: 500 * time.Microsecond,
+			DropLarge: 20 * time.Millisecond, DropSmall: 40 * time.Millisecond}.Fit(l.Rate)
+		if !l.Loopback || !l.NoPace || l.NoDrop || l.MinInflight != 4 || l.Thresholds != th {
+			t.Errorf("%+v, want loopback, no_pace, min_inflight 4, thresholds %+v", l, th)
+		}
+	}
+}
+
+func TestParseEmptyLimits(t *testing.T) {
+	for _, in := range []string{"limits:\n", "limits: []\n", "# nothing\nlimits: []\n"} {
+		cfg, err := Parse("f", []byte(in))
+		if err != nil || len(cfg.Rules) != 0 {
+			t.Errorf("%q: %v, %v; want no rules", in, cfg, err)
+		}
+	}
+}
+
+// TestParseErrors: every refusal names the file, the line and the reason.
+func TestParseErrors(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		line int
+		want string
+	}{
+		{"", 0, "empty file"},
+		{"limits: [\n", 1, ""},
+		{"limits:\n  - cgroup: /a\n    egress: 3furlongs\n", 3, "unknown unit"},
+		{"limits:\n  - cgroup: /a\n    egress: 1kbit\n", 3, "out of range"},
+		{"limits:\n  - cgroup: /a\n", 2, "give a rate"},
+		{"limits:\n  - egress: 1gbit\n", 2, "names no groups"},
+		{"limits:\n  - cgroup: /a\n    unit: a.service\n    egress: 1gbit\n", 3, "names its groups once"},
+		{"limits:\n  - cgroup: a\n    egress: 1gbit\n", 2, "must start with /"},
+		{"limits:\n  - cgroup: /a/../b\n    egress: 1gbit\n", 2, "no . or .."},
+		{"limits:\n  - cgroup: /a/*\n    egress: 1gbit\n", 2, "use glob:"},
+		{"limits:\n  - glob: /a/[\n    egress: 1gbit\n", 2, "bad pattern"},
+		{"limits:\n  - glob: /a/**\n    egress: 1gbit\n", 2, "not supported"},
+		{"limits:\n  - unit: nginx\n    egress: 1gbit\n", 2, "not a systemd unit"},
+		{"limits:\n  - cgroup: /a\n    egress: 1gbit\n    colour: red\n", 4, `unknown field "colour"`},
+		{"limits:\n  - cgroup: /a\n    egress: 1gbit\n    no_drop: yes please\n", 4, "true or false"},
+		{"limits:\n  - cgroup: /a\n    egress: 1gbit\n    mark: soon\n", 4, "duration"},
+		{"limits:\n  - cgroup: /a\n    egress: 1gbit\n    mark: 2h\n", 2, "out of range"},
+		{"limits:\n  - cgroup: /a\n    egress: 1gbit\n    min_inflight: -1\n", 4, "whole number"},
+		{"limits:\n  - cgroup: /a\n    egress: 1gbit\n    egress: 2gbit\n", 4, "given twice"},
+		{"limits:\n  - cgroup: /a\n    egress: 1gbit\n  - cgroup: /a/\n    ingress: 1gbit\n", 4, "already declared at line 2"},
+		{"limits:\n  - cgroup: /a\n    egress:\n", 3, "want a value"},
+		{"limits: /a\n", 1, "want a list"},
+		{"limits:\n  - /a\n", 2, "must be a mapping"},
+		{"limit:\n  - cgroup: /a\n", 1, `unknown key "limit"`},
+		{"- cgroup: /a\n", 1, "want a mapping"},
+		{"limits: []\n---\nlimits: []\n", 3, "second YAML document"},
+		{"limits:\n  - cgroup: /" + strings.Repeat("a/", 40) + "b\n    egress: 1gbit\n", 2, "levels deep"},
+	} {
+		_, err := Parse("hbm.yaml", []byte(c.in))
+		var ce *Error
+		if !errors.As(err, &ce) {
+			t.Errorf("%q: error %v, want a *daemon.Error", c.in, err)
+			continue
+		}
+		if ce.File != "hbm.yaml" || ce.Line != c.line || !strings.Contains(ce.Msg, c.want) {
+			t.Errorf("%q: %v; want hbm.yaml:%d: ...%s...", c.in, err, c.line, c.want)
+		}
+		if c.line > 0 && !strings.HasPrefix(err.Error(), "hbm.yaml:") {
+			t.Errorf("%q: %q does not start with file:line", c.in, err)
+		}
+	}
+}
+
+// FuzzParse: the parser never panics, and what it accepts is valid: every
+// rule has a selector, a rate, and limits the data plane accepts.
+func FuzzParse(f *testing.F) {
+	f.Add(issueExample)
+	f.Add("limits:\n  - cgroup: /a\n    egress: 1gbit\n    mark: 1ms\n")
+	f.Add("limits: [{glob: '/a/*', ingress: 10mbit, no_drop: true}]")
+	f.Add("limits:\n  - unit: a.service\n    egress: 8kbit\n    drop_small: 1h\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		cfg, err := Parse("f", []byte(in))
+		if err != nil {
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %v is not a *daemon.Error", err)
+			}
+			return
+		}
+		for _, r := range cfg.Rules {
+			if r.Value == "" || r.Egress == nil && r.Ingress == nil || r.Line <= 0 {
+				t.Fatalf("accepted an invalid rule %+v", r)
+			}
+			for _, l := range []*dataplane.Limit{r.Egress, r.Ingress} {
+				if l != nil {
+					if err := l.Validate(); err != nil {
+						t.Fatalf("accepted a limit the data plane refuses: %+v: %v", l, err)
+					}
+				}
+			}
+		}
+	})
+}

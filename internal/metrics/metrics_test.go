@@ -1,0 +1,123 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/rate"
+	hbmtest "github.com/hbm-dev/hbm/internal/testutil"
+)
+
+func entries() []dataplane.Entry {
+	return []dataplane.Entry{
+		{CgroupID: 1, Cgroup: "/batch", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 300 * rate.Rate(1e6)},
+			Stats: dataplane.Stats{Bytes: 1000, Packets: 10, Marked: 3, CWR: 2, Dropped: 1, DroppedBytes: 1500}},
+		{CgroupID: 2, Cgroup: "/system.slice/nginx.service", Dir: dataplane.Ingress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+		{CgroupID: 3, Gone: true, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}}, // removed: no series
+		{CgroupID: 4, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}},             // unresolved: no series
+	}
+}
+
+func scrape(t *testing.T, list Lister) string {
+	t.Helper()
+	reg, _ := NewRegistry("test", NewGroupCollector(list, func() map[uint64]string { return map[uint64]string{2: "nginx.service"} }))
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %s: %s", resp.Status, b.String())
+	}
+	return b.String()
+}
+
+func TestGroupMetrics(t *testing.T) {
+	es := entries()
+	out := scrape(t, func() ([]dataplane.Entry, error) { return es, nil })
+	for _, want := range []string{
+		`hbm_group_bytes_total{direction="egress",group="/batch",unit=""} 1000`,
+		`hbm_group_packets_total{direction="egress",group="/batch",unit=""} 10`,
+		`hbm_group_ce_marked_packets_total{direction="egress",group="/batch",unit=""} 3`,
+		`hbm_group_cwr_packets_total{direction="egress",group="/batch",unit=""} 2`,
+		`hbm_group_dropped_packets_total{direction="egress",group="/batch",unit=""} 1`,
+		`hbm_group_dropped_bytes_total{direction="egress",group="/batch",unit=""} 1500`,
+		`hbm_group_limit_bytes_per_second{direction="egress",group="/batch",unit=""} 3.75e+07`,
+		`hbm_group_bytes_total{direction="ingress",group="/system.slice/nginx.service",unit="nginx.service"} 0`,
+		`hbm_build_info{goversion=`,
+		`hbm_daemon_reconcile_errors_total 0`,
+		`hbm_daemon_last_reconcile_timestamp_seconds`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "removed") || strings.Count(out, "hbm_group_bytes_total{") != 2 {
+		t.Errorf("series for removed or unresolved groups:\n%s", out)
+	}
+	// A group that goes away loses its series at the next scrape.
+	es = es[1:]
+	if out := scrape(t, func() ([]dataplane.Entry, error) { return es, nil }); strings.Contains(out, `group="/batch"`) {
+		t.Errorf("series of a removed limit still exported")
+	}
+}
+
+// TestLint: client_golang's linter (the one promtool uses) finds nothing,
+// and promtool itself passes when it is installed (make test installs it).
+func TestLint(t *testing.T) {
+	reg, _ := NewRegistry("test", NewGroupCollector(func() ([]dataplane.Entry, error) { return entries(), nil }, nil))
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	if _, err := exec.LookPath("promtool"); err != nil {
+		if hbmtest.InCI() {
+			t.Fatalf("promtool not installed under CI=true (scripts/deps.sh installs prometheus): %v", err)
+		}
+		t.Skip("promtool not installed")
+	}
+	out := scrape(t, func() ([]dataplane.Entry, error) { return entries(), nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "promtool", "check", "metrics")
+	cmd.Stdin = strings.NewReader(out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v: %s", err, b)
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	reg, _ := NewRegistry("test", nil)
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/metrics", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /metrics: %s, want 405", resp.Status)
+	}
+	if resp, err := http.Get(srv.URL + "/"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Errorf("GET /: %s, want 404", resp.Status)
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package top
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/rate"
+)
+
+func entry(id uint64, name string, bytes, marked, cwr, dropped uint64) dataplane.Entry {
+	return dataplane.Entry{CgroupID: id, Cgroup: name, Dir: dataplane.Egress,
+		Stats: dataplane.Stats{Bytes: bytes, Marked: marked, CWR: cwr, Dropped: dropped}}
+}
+
+func TestRows(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	mk := func(id uint64, name string, limit float64, bytes, marked, cwr, dropped uint64) dataplane.Entry {
+		e := entry(id, name, bytes, marked, cwr, dropped)
+		e.Limit.Rate = rateOf(limit)
+		return e
+	}
+	prev := Sample{At: t0, Entries: []dataplane.Entry{
+		mk(1, "/a", 100e6, 0, 0, 0, 0),
+		mk(2, "/b", 1e9, 1000, 0, 0, 0),
+		mk(3, "/gone", 1e9, 0, 0, 0, 0),
+		mk(5, "/recreated", 1e9, 1e9, 0, 0, 0),
+	}}
+	cur := Sample{At: t0.Add(2 * time.Second), Entries: []dataplane.Entry{
+		mk(1, "/a", 100e6, 25e6, 10, 4, 2), // 100 Mbit/s over 2 s: 100%
+		mk(2, "/b", 1e9, 1000+25e6, 0, 0, 0),
+		mk(4, "/new", 1e9, 5, 0, 0, 0),
+		mk(5, "/recreated", 1e9, 10, 0, 0, 0),
+		{CgroupID: 6, Gone: true},
+	}}
+	rows := Rows(prev, cur)
+	var names []string
+	for _, r := range rows {
+		names = append(names, r.Group)
+	}
+	if got := strings.Join(names, " "); got != "/a /b /new /recreated" {
+		t.Fatalf("order %q, want /a /b /new /recreated (closest to the limit first)", got)
+	}
+	a := rows[0]
+	if a.Bps != 100e6 || a.Use != 1 || a.MarksPS != 7 || a.DropsPS != 1 || a.New {
+		t.Errorf("/a: %+v, want 100 Mbit/s, use 1, 7 marks/s, 1 drop/s", a)
+	}
+	if b := rows[1]; b.Bps != 100e6 || b.Use != 0.1 {
+		t.Errorf("/b: %+v, want 100 Mbit/s, use 0.1", b)
+	}
+	if !rows[2].New || !rows[3].New {
+		t.Errorf("new and re-created limits not shown as new: %+v %+v", rows[2], rows[3])
+	}
+	var buf bytes.Buffer
+	Render(&buf, rows, cur.At, time.Second)
+	out := buf.String()
+	for _, want := range []string{"100.0mbit", "100%", "[####################]", "/new"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("render lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func rateOf(f float64) rate.Rate { return rate.Rate(f) }
