@@ -32,11 +32,11 @@
  * packet (TCP sizes them to sk_pacing_rate >> 10 bytes). */
 #define FRESH_BPS ((__u64)FRESH_BURST_BYTES << 10)
 
-/* idle_cap is the cap of an idle socket: FRESH_BPS while its groups' fresh
- * budgets had room for its last burst; else (RPCs want more than the budget)
- * the budget's own rate, so that a back-to-back RPC loop paces itself to 7/8
- * of its group's rate instead of being marked and dropped; never below the
- * socket's share. */
+/* idle_cap is the cap of an RPC socket (idle, or sending an RPC): FRESH_BPS
+ * while its groups' RPC budgets had room for its last RPC; else (RPCs want
+ * more than the budget) the groups' RPC cap (share.h), so that a
+ * back-to-back RPC loop paces itself to its class's 7/8 of the rate instead
+ * of being dropped; never below the socket's share. */
 static __always_inline __u64 idle_cap(const struct hbm_sock *s)
 {
 	__u64 c;

@@ -116,10 +116,12 @@ func TestServerByteCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The bulk bytes arrive asynchronously: poll, bounded.
+	// The bulk bytes arrive asynchronously, and the server counts a reply
+	// after its write returns, which may be after the client read it: poll,
+	// bounded.
 	var bulk, rq, rp uint64
 	for i := 0; i < 200; i++ {
-		if bulk, rq, rp = snap(); bulk == 1234567 {
+		if bulk, rq, rp = snap(); bulk == 1234567 && rq == 15000 && rp == 900 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
