@@ -159,13 +159,9 @@ func runIncast(ctx context.Context, stdout, stderr io.Writer, o incastOptions) e
 	defer func() {
 		h.Unset(o.group)
 		in.Close() // the server leaves the group
-		for i := 0; i < 50; i++ {
-			if err = cgroup.Remove(top); err == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := cgroup.RemoveWait(top, 50, 100*time.Millisecond); err != nil {
+			fmt.Fprintf(stderr, "hbm: cleanup: %v\n", err)
 		}
-		fmt.Fprintf(stderr, "hbm: cleanup: %v\n", err)
 	}()
 	if _, err := in.StartServer(self, g.Dir, testbed.ServerPort); err != nil {
 		return err

@@ -319,14 +319,9 @@ func (l *lab) close() {
 		l.tb.Close()
 	}
 	top := "/" + strings.Split(strings.TrimPrefix(l.group, "/"), "/")[0]
-	var err error
-	for i := 0; i < 50; i++ { // exited processes leave their cgroup asynchronously
-		if err = cgroup.Remove(top); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := cgroup.RemoveWait(top, 50, 100*time.Millisecond); err != nil {
+		fmt.Fprintf(l.log, "hbm: cleanup: %v\n", err)
 	}
-	fmt.Fprintf(l.log, "hbm: cleanup: %v\n", err)
 }
 
 func runBench(ctx context.Context, stdout, stderr io.Writer, o benchOptions) error {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -217,6 +218,20 @@ func Remove(rel string) error {
 		return errors.New("refusing to remove the root cgroup")
 	}
 	return removeTree(dir)
+}
+
+// RemoveWait is Remove retried every interval, at most tries times: the
+// processes of a group that just exited leave it asynchronously, so its
+// removal may fail with EBUSY for a moment. It returns the last error.
+func RemoveWait(rel string, tries int, interval time.Duration) error {
+	var err error
+	for i := 0; i < tries; i++ {
+		if err = Remove(rel); err == nil {
+			return nil
+		}
+		time.Sleep(interval)
+	}
+	return err
 }
 
 func removeTree(dir string) error {

@@ -96,13 +96,9 @@ func (l *egLab) removeGroups() {
 	for i := len(rels) - 1; i >= 0; i-- {
 		l.hbm.Unset(rels[i]) // most are not limited: errors expected
 	}
-	for i := 0; i < 50; i++ {
-		if err = cgroup.Remove(l.group); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := cgroup.RemoveWait(l.group, 50, 100*time.Millisecond); err != nil {
+		l.t.Errorf("remove cgroup %s: %v", l.group, err)
 	}
-	l.t.Errorf("remove cgroup %s: %v", l.group, err)
 }
 
 // cgroup creates (if needed) the group rel under the test's tree and returns

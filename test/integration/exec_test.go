@@ -45,12 +45,7 @@ func newExecLab(t *testing.T) *execLab {
 	t.Cleanup(func() {
 		for g := range l.groups {
 			os.WriteFile(filepath.Join(mnt, g, "cgroup.kill"), []byte("1"), 0)
-			for i := 0; i < 50; i++ {
-				if err := cgroup.Remove(g); err == nil {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			cgroup.RemoveWait(g, 50, 50*time.Millisecond)
 		}
 		os.RemoveAll(l.pinDir)
 		syscall.Rmdir(filepath.Join(mnt, execcg.Parent)) // only if empty: other runs' groups stay

@@ -71,14 +71,9 @@ func inSetup(t *testing.T, name string, opts testbed.IncastOptions) *inLab {
 	top := "/hbm-test-" + name
 	removeGroup := func() {
 		l.hbm.Unset(l.group) // not limited at all: error expected
-		var err error
-		for i := 0; i < 50; i++ {
-			if err = cgroup.Remove(top); err == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := cgroup.RemoveWait(top, 50, 100*time.Millisecond); err != nil {
+			t.Errorf("remove cgroup %s: %v", top, err)
 		}
-		t.Errorf("remove cgroup %s: %v", top, err)
 	}
 	removeGroup() // leftovers of a crashed run
 	g, err := cgroup.Create(l.group)

@@ -64,14 +64,9 @@ func (l *kLab) reset() {
 	if err := os.RemoveAll(l.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		l.t.Errorf("remove %s: %v", l.pinDir, err)
 	}
-	var err error
-	for i := 0; i < 50; i++ {
-		if err = cgroup.Remove(l.top); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := cgroup.RemoveWait(l.top, 50, 100*time.Millisecond); err != nil {
+		l.t.Errorf("remove cgroup %s: %v", l.top, err)
 	}
-	l.t.Errorf("remove cgroup %s: %v", l.top, err)
 }
 
 // mk creates group rel (under the test's tree) and returns its path relative
