@@ -32,7 +32,7 @@ func testCgroupID(t testing.TB) uint64 {
 // harness is one loaded egress or ingress program with private (unpinned)
 // maps.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	prog   *ebpf.Program
 	key    hbmHbmKey
 	cfg    hbmHbmConfig
@@ -43,9 +43,9 @@ type harness struct {
 	rx     *ebpf.Map
 }
 
-func newHarness(t *testing.T, l Limit) *harness { return newHarnessDir(t, Egress, l) }
+func newHarness(t testing.TB, l Limit) *harness { return newHarnessDir(t, Egress, l) }
 
-func newHarnessDir(t *testing.T, d Direction, l Limit) *harness {
+func newHarnessDir(t testing.TB, d Direction, l Limit) *harness {
 	testutil.RequireRoot(t)
 	h := &harness{t: t, key: key(testCgroupID(t), d)}
 	var objs hbmObjects
@@ -85,7 +85,7 @@ func newHarnessDir(t *testing.T, d Direction, l Limit) *harness {
 	return h
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
