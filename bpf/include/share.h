@@ -75,20 +75,32 @@ static __always_inline __u32 share_flows(const struct hbm_queue *q)
 	return n ? n : 1;
 }
 
+/* bulk_room is what the group's bulk flows share, in payload bytes/s: the
+ * rate (payload part) less what fresh bursts (RPCs, policy.h) take, since
+ * they go first, and never less than an eighth of it. */
+static __always_inline __u64 bulk_room(const struct hbm_queue *q, __u64 rate)
+{
+	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
+	__u64 ceil = rate * pq >> 16, fresh = q->fresh_Bps * pq >> 16;
+
+	return fresh < ceil - (ceil >> 3) ? ceil - fresh : ceil >> 3;
+}
+
 /* flow_gap_ns is how long a flow of the group waits between its packets at
- * the fair share, rate / N: the group's largest TCP packet (at least two
- * full segments) at that share, at most FLOW_WINDOW_MAX_NS. */
+ * the fair share, bulk_room / N: the group's largest bulk TCP packet (at
+ * least two full segments) at that share, at most FLOW_WINDOW_MAX_NS. */
 static __always_inline __u64 flow_gap_ns(const struct hbm_queue *q, __u64 rate)
 {
 	__u64 pkt = q->pkt_max > q->pkt_max_now ? q->pkt_max : q->pkt_max_now, gap;
+	__u64 room = bulk_room(q, rate);
 	__u32 n = share_flows(q);
 
 	if (pkt < FLOW_GAP_MIN_BYTES)
 		pkt = FLOW_GAP_MIN_BYTES;
-	if (!rate)
+	if (!room)
 		return FLOW_WINDOW_MAX_NS;
 	/* pkt < 2^24 wire bytes (pkt.h bounds a packet): no product overflows. */
-	gap = pkt * 1000000000ULL / rate;
+	gap = pkt * 1000000000ULL / room;
 	if (gap >= FLOW_WINDOW_MAX_NS)
 		return FLOW_WINDOW_MAX_NS;
 	gap *= n > 65536 ? 65536 : n;
@@ -226,14 +238,11 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 			m = (m * (SHARE_GAIN_DEN - 1) + ((m * ratio) >> SHARE_Q)) / SHARE_GAIN_DEN;
 	}
 
-	/* The share is a multiple m of the fair share: the bulk flows' room over
-	 * their number. Fresh bursts (RPCs, policy.h) go first: the bulk flows
-	 * share what they leave, and never less than an eighth of the rate. A
-	 * change in the flow count moves the share at once; the loop above
-	 * only corrects m for flows that send less than their share. */
-	fair = q->fresh_Bps * pq >> 16;
-	fair = fair < ceil - (ceil >> 3) ? ceil - fair : ceil >> 3;
-	fair /= share_flows(q);
+	/* The share is a multiple m of the fair share, the bulk flows' room
+	 * over their number: a change in the flow count moves the share at
+	 * once; the loop above only corrects m for flows that send less than
+	 * their share. */
+	fair = bulk_room(q, rate) / share_flows(q);
 	if (!fair)
 		fair = 1;
 	/* A 64th below the fair share at least: the share loop, not the floor,
