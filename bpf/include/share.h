@@ -22,13 +22,15 @@
  *    ms (measured; docs/design.md). A flow that stops is forgotten within
  *    two windows (the share loop lifts the share off a stale floor within
  *    a few intervals), and a new one counts at once.
- *  - The share, after RCP: every control interval (share_interval) it measures what the
- *    group sent, y, and scales the share by target / y, where target is the
- *    rate less what drains the backlog above pace_target_ns in SHARE_DRAIN_NS.
- *    Flows that send less than the share (RPCs) leave it to the others. The
- *    share stays within [limit/N - 1/64, limit]: at limit/N the N flows together
- *    send the limit, so the group is neither starved (BBR spirals down under
- *    lower floors) nor let over it by its number of connections.
+ *  - The share, after RCP: a multiple m of the fair share (the bulk room
+ *    over N, so that a change in N acts at once). Every control interval
+ *    (share_interval) the loop measures what the group sent, y, and scales
+ *    m by target / y, where target is the rate less what drains the backlog
+ *    above pace_target_ns in SHARE_DRAIN_NS. Flows that send less than the
+ *    share (RPCs) leave it to the others. The share stays within
+ *    [fair - 1/64, limit]: at the fair share the N flows together send the
+ *    limit, so the group is neither starved (BBR spirals down under lower
+ *    floors) nor let over it by its number of connections.
  * Shares are in payload bytes, the unit TCP paces in; the limit counts wire
  * bytes (headers of every segment), so the floor is scaled by the measured
  * payload / wire ratio of the group's TCP traffic.
