@@ -12,6 +12,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/jsonout"
 )
 
 // The limit commands: set, unset, show, prune.
@@ -203,35 +204,22 @@ no limit named is set.`,
 	return cmd
 }
 
-// dirJSON is one direction of a limit in `hbm show --json`.
-type dirJSON struct {
-	RateBps  uint64 `json:"rate_bps"`
-	NoDrop   bool   `json:"no_drop,omitempty"`
-	Enforced bool   `json:"enforced"` // false: set but not applied (see hbm show)
-	dataplane.Stats
-}
-
-// limitJSON is one group in `hbm show --json`.
-type limitJSON struct {
-	Cgroup   string   `json:"cgroup"`
-	CgroupID uint64   `json:"cgroup_id"`
-	Removed  bool     `json:"removed,omitempty"`    // the group is gone: hbm prune removes the limit
-	Unknown  bool     `json:"unresolved,omitempty"` // hbm could not find the group's path
-	Egress   *dirJSON `json:"egress"`
-	Ingress  *dirJSON `json:"ingress"`
-}
-
-func groupEntries(es []dataplane.Entry) []limitJSON {
-	out := []limitJSON{} // "[]", not "null", when nothing is limited
+// groupEntries turns the manager's entries (one per group and direction)
+// into hbm show --json's groups.
+func groupEntries(es []dataplane.Entry) []jsonout.Group {
+	out := []jsonout.Group{} // "[]", not "null", when nothing is limited
 	idx := map[uint64]int{}
 	for _, e := range es {
 		i, ok := idx[e.CgroupID]
 		if !ok {
 			i = len(out)
 			idx[e.CgroupID] = i
-			out = append(out, limitJSON{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Gone, Unknown: e.Cgroup == "" && !e.Gone})
+			out = append(out, jsonout.Group{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Gone,
+				Unresolved: e.Cgroup == "" && !e.Gone})
 		}
-		d := &dirJSON{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced, Stats: e.Stats}
+		d := &jsonout.Direction{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced,
+			Bytes: e.Stats.Bytes, Packets: e.Stats.Packets, Marked: e.Stats.Marked, CWR: e.Stats.CWR,
+			Dropped: e.Stats.Dropped, DroppedBytes: e.Stats.DroppedBytes}
 		if e.Dir == dataplane.Ingress {
 			out[i].Ingress = d
 		} else {
