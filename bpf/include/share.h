@@ -44,29 +44,22 @@
 #define SHARE_INTERVAL_PKTS 128          /* ... and the time of this many full packets */
 #define SHARE_DRAIN_NS      4000000ULL   /* drain the backlog above target in this */
 #define SHARE_Q             16           /* fixed-point shift of the correction ratio */
-#ifndef SHARE_GAIN_DEN
-#define SHARE_GAIN_DEN      4
-#endif
-#ifndef SHARE_RATIO_SHIFT
+#define SHARE_GAIN_DEN      4            /* move 1/4 of the way per interval */
 #define SHARE_RATIO_SHIFT   1
-#endif
-#define SHARE_RATIO_MAX     ((1ULL << SHARE_Q) << SHARE_RATIO_SHIFT) /* at most 4x up ... */
-#define SHARE_RATIO_MIN     ((1ULL << SHARE_Q) >> SHARE_RATIO_SHIFT) /* ... or down per interval */
+#define SHARE_RATIO_MAX     ((1ULL << SHARE_Q) << SHARE_RATIO_SHIFT) /* ratio at most 2 ... */
+#define SHARE_RATIO_MIN     ((1ULL << SHARE_Q) >> SHARE_RATIO_SHIFT) /* ... and at least 1/2 */
 #define SHARE_RATIO_MIN_OVER ((1ULL << SHARE_Q) >> 3) /* down per interval over the drop threshold */
 #define SHARE_MUL_MIN       ((1ULL << SHARE_Q) - (1ULL << (SHARE_Q - 6))) /* 63/64 */
 #define FLOW_WINDOW_MIN_NS  250000000ULL  /* flow-count window bounds */
 #define FLOW_WINDOW_MAX_NS  4000000000ULL
 #define FLOW_WINDOW_GAPS    2                 /* window: this many sending gaps */
 #define FLOW_GAP_MIN_BYTES  (2 * 1514ULL)     /* a gap is at least two full segments */
-#define PAYLOAD_Q16_DEFAULT 63250
+#define PAYLOAD_Q16_DEFAULT 63250        /* 1448 / 1500 in 16-bit fixed point */
 /* Fresh bursts together may take at most 7/8 of a group's rate (bulk flows
  * keep an eighth): a group's budget, FRESH_BURST_BYTES deep, charged at
  * 8/7 of a packet's cost. */
 #define FRESH_COST_NUM 8
 #define FRESH_COST_DEN 7
-#ifndef SHARE_FLOOR_SHIFT
-#define SHARE_FLOOR_SHIFT 1
-#endif        /* 1448 / 1500 in 16-bit fixed point */
 
 /* share_flows is the group's flow count: the larger of the last window's and
  * the current one's, so a burst of new flows lowers the share at once. */
