@@ -41,8 +41,7 @@ func costHarness(tb testing.TB, extra int) *harness {
 func (h *harness) nsPerRun(n uint32) float64 {
 	h.t.Helper()
 	pkt := ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(48))
-	in := append(make([]byte, 14), pkt...)
-	in[12], in[13] = 0x08, 0x00
+	in := frame(pkt)
 	st0, err := h.prog.Stats()
 	must(h.t, err)
 	if _, err := h.prog.Run(&ebpf.RunOptions{Data: in, Context: skbCtx(h.ifidx, 0, 0), Repeat: n}); err != nil {
