@@ -13,9 +13,9 @@ import (
 // read first; any error voids both directions; kubelet's messages.
 func TestExtractPodBandwidthResources(t *testing.T) {
 	for _, c := range []struct {
-		ann              map[string]string
-		ingress, egress  string // Quantity.String(); "" for nil
-		err              string // substring; "" for none
+		ann             map[string]string
+		ingress, egress string // Quantity.String(); "" for nil
+		err             string // substring; "" for none
 	}{
 		{ann: nil},
 		{ann: map[string]string{}},
@@ -89,14 +89,14 @@ func TestParseLimits(t *testing.T) {
 		t.Errorf("no annotations: %+v %v", l, err)
 	}
 	for ann, want := range map[string]string{
-		"kubernetes.io/egress-bandwidth=2k":        "outside the range hbm enforces", // kubelet takes it, hbm cannot enforce it
-		"kubernetes.io/egress-bandwidth=500G":      "outside the range hbm enforces",
-		"kubernetes.io/egress-bandwidth=10mbit":    "quantities must match",
-		"hbm.io/egress-no-drop=yes":                "hbm.io/egress-no-drop: want \"true\" or \"false\"",
-		"hbm.io/egress-nodrop=true":                "unknown option \"nodrop\"",
-		"hbm.io/no-drop=true":                      "unknown annotation",
-		"hbm.io/ingress-mark=fast":                 "want a duration",
-		"hbm.io/ingress-mark=-1ms":                 "want a duration",
+		"kubernetes.io/egress-bandwidth=2k":     "outside the range hbm enforces", // kubelet takes it, hbm cannot enforce it
+		"kubernetes.io/egress-bandwidth=500G":   "outside the range hbm enforces",
+		"kubernetes.io/egress-bandwidth=10mbit": "quantities must match",
+		"hbm.io/egress-no-drop=yes":             "hbm.io/egress-no-drop: want \"true\" or \"false\"",
+		"hbm.io/egress-nodrop=true":             "unknown option \"nodrop\"",
+		"hbm.io/no-drop=true":                   "unknown annotation",
+		"hbm.io/ingress-mark=fast":              "want a duration",
+		"hbm.io/ingress-mark=-1ms":              "want a duration",
 	} {
 		k, v, _ := strings.Cut(ann, "=")
 		m := map[string]string{"kubernetes.io/ingress-bandwidth": "1G", k: v}

@@ -42,8 +42,8 @@ var options = map[string]optionKind{
 
 // dirOptions are the options given for one direction.
 type dirOptions struct {
-	limit dataplane.Limit  // Loopback, NoDrop, NoPace
-	th    rate.Thresholds  // the defaults, with the ones given replaced
+	limit dataplane.Limit // Loopback, NoDrop, NoPace
+	th    rate.Thresholds // the defaults, with the ones given replaced
 }
 
 func defaultOptions() dirOptions {
