@@ -14,10 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/apimachinery/pkg/watch"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
@@ -54,9 +53,9 @@ type Source struct {
 	cfg     Config
 	mnt     string
 	log     *log.Logger
-	client  kubernetes.Interface
-	factory informers.SharedInformerFactory
-	pods    listerscorev1.PodLister
+	client   typedcorev1.CoreV1Interface
+	informer cache.SharedIndexInformer
+	pods     listerscorev1.PodLister
 	synced  cache.InformerSynced
 	events  record.EventBroadcaster
 	rec     record.EventRecorder
@@ -89,15 +88,17 @@ func New(cfg Config, mnt string, lg *log.Logger) (*Source, error) {
 		return nil, err
 	}
 	rc.UserAgent = "hbm-daemon"
-	cs, err := kubernetes.NewForConfig(rc)
+	// Only the core/v1 client (pods, events): the full clientset and
+	// its scheme would add every API group to the binary.
+	cs, err := typedcorev1.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	return NewWithClient(cs, cfg, mnt, lg)
 }
 
-// NewWithClient uses an existing client (the tests' fake one, too).
-func NewWithClient(cs kubernetes.Interface, cfg Config, mnt string, lg *log.Logger) (*Source, error) {
+// NewWithClient uses an existing core/v1 client (the tests' fake one, too).
+func NewWithClient(cs typedcorev1.CoreV1Interface, cfg Config, mnt string, lg *log.Logger) (*Source, error) {
 	if cfg.NodeName == "" {
 		return nil, fmt.Errorf("kubernetes: no node name: set NODE_NAME (the DaemonSet passes spec.nodeName) or give --node-name")
 	}
@@ -108,12 +109,21 @@ func NewWithClient(cs kubernetes.Interface, cfg Config, mnt string, lg *log.Logg
 		cfg.CgroupRoot = "/"
 	}
 	s := &Source{cfg: cfg, mnt: mnt, log: lg, client: cs, changed: make(chan struct{}, 1), reported: map[types.UID]string{}}
-	s.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-		}))
-	inf := s.factory.Core().V1().Pods()
-	informer := inf.Informer()
+	sel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return cs.Pods(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return cs.Pods(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}
+	// The client says whether it can stream the initial list (WatchList);
+	// the tests' fake cannot.
+	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, cs), &corev1.Pod{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	s.informer = informer
 	// Only metadata, the spec's resources and status.qosClass are read:
 	// managed fields are dropped from the cache.
 	if err := informer.SetTransform(func(obj any) (any, error) {
@@ -131,18 +141,22 @@ func NewWithClient(cs kubernetes.Interface, cfg Config, mnt string, lg *log.Logg
 	}); err != nil {
 		return nil, err
 	}
-	s.pods, s.synced = inf.Lister(), informer.HasSynced
+	s.pods, s.synced = listerscorev1.NewPodLister(informer.GetIndexer()), informer.HasSynced
+	sch := runtime.NewScheme()
+	if err := corev1.AddToScheme(sch); err != nil {
+		return nil, err
+	}
 	s.events = record.NewBroadcaster()
-	s.rec = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "hbm", Host: cfg.NodeName})
+	s.rec = s.events.NewRecorder(sch, corev1.EventSource{Component: "hbm", Host: cfg.NodeName})
 	return s, nil
 }
 
 // Start implements daemon.PodSource: it starts the informer and the Event
 // sink and waits (bounded) for the first list of pods.
 func (s *Source) Start(ctx context.Context) error {
-	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.CoreV1().Events("")})
+	s.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: s.client.Events("")})
 	go func() { <-ctx.Done(); s.events.Shutdown() }()
-	s.factory.Start(ctx.Done())
+	go s.informer.RunWithContext(ctx)
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.SyncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(wctx.Done(), s.synced) {

@@ -14,12 +14,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/hbm-dev/hbm/internal/daemon"
 )
 
 // The source against a fake clientset (the end-to-end test, test/k8s, uses
 // a real API server).
+
+// noWatchList is the fake core/v1 client, saying (as the fake clientset
+// does) that it cannot stream the initial list.
+type noWatchList struct{ typedcorev1.CoreV1Interface }
+
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
 func testPod(name, node string, uid types.UID, ann map[string]string) *corev1.Pod {
 	return &corev1.Pod{
@@ -49,7 +56,7 @@ func TestSource(t *testing.T) {
 		testPod("c", "n1", "u-c", nil),
 		testPod("bad", "n1", "u-bad", map[string]string{EgressAnnotation: "10mbit"}),
 	)
-	src, err := NewWithClient(cs, Config{NodeName: "n1"}, mnt, log.New(io.Discard, "", 0))
+	src, err := NewWithClient(noWatchList{cs.CoreV1()}, Config{NodeName: "n1"}, mnt, log.New(io.Discard, "", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +147,7 @@ func TestSource(t *testing.T) {
 }
 
 func TestSourceNeedsNode(t *testing.T) {
-	if _, err := NewWithClient(fake.NewClientset(), Config{}, t.TempDir(), log.New(io.Discard, "", 0)); err == nil || !strings.Contains(err.Error(), "NODE_NAME") {
+	if _, err := NewWithClient(fake.NewClientset().CoreV1(), Config{}, t.TempDir(), log.New(io.Discard, "", 0)); err == nil || !strings.Contains(err.Error(), "NODE_NAME") {
 		t.Errorf("no node name: %v", err)
 	}
 }
