@@ -50,16 +50,16 @@ const EventReason = "InvalidBandwidth"
 // Source follows the node's pods with an informer and tells the daemon
 // what they declare (daemon.PodSource).
 type Source struct {
-	cfg     Config
-	mnt     string
-	log     *log.Logger
+	cfg      Config
+	mnt      string
+	log      *log.Logger
 	client   typedcorev1.CoreV1Interface
 	informer cache.SharedIndexInformer
 	pods     listerscorev1.PodLister
-	synced  cache.InformerSynced
-	events  record.EventBroadcaster
-	rec     record.EventRecorder
-	changed chan struct{}
+	synced   cache.InformerSynced
+	events   record.EventBroadcaster
+	rec      record.EventRecorder
+	changed  chan struct{}
 
 	mu       sync.Mutex
 	reported map[types.UID]string // the invalid annotations last reported per pod
