@@ -10,12 +10,20 @@
  *
  * Control: the ingress program writes each receiving socket's want (the
  * least per-flow share of its limited groups, share.h) on every packet. This
- * sockops program, called for received segments
- * (BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG), clamps the socket's receive
+ * sockops program, called for every segment the socket sends, ACKs included
+ * (BPF_SOCK_OPS_HDR_OPT_LEN_CB, asked for with
+ * BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG; it runs in __tcp_transmit_skb before
+ * tcp_select_window, so the clamp shapes the window of that very ACK),
+ * clamps the socket's receive
  * window (TCP_WINDOW_CLAMP) to want x the flow's RTT, and at least
  * RXWIN_MIN_MSS segments. A window clamp never retracts a window already
  * advertised; it stops it from opening further, so the clamp takes hold
  * within an RTT. Marks and drops stay as the backstop.
+ *
+ * Not BPF_SOCK_OPS_PARSE_HDR_OPT_CB (the first version): the kernel runs it
+ * only for slow-path segments, so a bulk stream received in order (header
+ * prediction) kept its autotuned window in most runs. Reserving no option
+ * space means the WRITE_HDR_OPT_CB itself is never called.
  */
 #ifndef HBM_RXWIN_H
 #define HBM_RXWIN_H
@@ -36,10 +44,10 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		/* Ask for a callback on every segment received. */
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG);
+		/* Ask for a callback on every segment sent (each ACK). */
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
 		return 1;
-	case BPF_SOCK_OPS_PARSE_HDR_OPT_CB:
+	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
 		break;
 	default:
 		return 1;

@@ -4,7 +4,7 @@
  * hbm_walk_map (one program, loaded once, for every group).
  *
  * On set (release 0) it turns on the sockops callback the assist of the
- * direction needs (egress pacing: every ACK; ingress window: every segment)
+ * direction needs (egress pacing: every ACK received; ingress window: every segment sent)
  * for sockets connected before the limit, so the assist reaches them too
  * (sockops sees only connections established after attach). On unset
  * (release 1) it lifts what the assist set (the pacing cap, the window
@@ -55,7 +55,7 @@ static __always_inline int hbm_walk(struct bpf_iter__tcp *ctx)
 		return 0;
 	w->seen++;
 	if (!w->release) {
-		want_flag = w->dir == HBM_DIR_INGRESS ? BPF_SOCK_OPS_PARSE_ALL_HDR_OPT_CB_FLAG
+		want_flag = w->dir == HBM_DIR_INGRESS ? BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG
 						      : BPF_SOCK_OPS_RTT_CB_FLAG;
 		flags = tp->bpf_sock_ops_cb_flags;
 		if (flags & want_flag)

@@ -190,3 +190,73 @@ func TestLoopbackNotAssisted(t *testing.T) {
 		})
 	}
 }
+
+// bulk streams from w to r for d (w written from a goroutine, r read here).
+func bulk(t *testing.T, w, r *net.TCPConn, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			w.SetWriteDeadline(time.Now().Add(2 * time.Second))
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 256<<10)
+	end := time.Now().Add(d + time.Second)
+	for time.Now().Before(end) {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		r.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := r.Read(buf); err != nil {
+			break
+		}
+	}
+	<-done
+}
+
+// TestRxWindowClamped: a receiver in a group with an ingress limit, fed a
+// bulk stream in order over veth (the receive fast path), has its window
+// clamped to about the group's rate x RTT (at 100 Mbit/s and tens of
+// microseconds, the 2-segment floor); the same stream into a receiver outside
+// the group keeps its autotuned clamp; unset lifts the clamp. The first
+// assist (a callback on received segments, which the kernel runs only on the
+// slow path) failed this in most runs.
+func TestRxWindowClamped(t *testing.T) {
+	l := egSetup(t, "rxclamp")
+	group, dir := l.cgroup(t, "r")
+	host, _, err := net.SplitHostPort(l.tb.ReceiverAddr(1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.hbm.SetIngress(group, "100mbit"); err != nil {
+		t.Fatal(err)
+	}
+	c, s := tcpPair(t, dir, true, l.tb.ReceiverNS, l.tb.SenderNS, host)
+	c3, s3 := tcpPair(t, "", false, l.tb.ReceiverNS, l.tb.SenderNS, host)
+	bulk(t, c, s, time.Second)
+	bulk(t, c3, s3, time.Second)
+	const clampMax = 16 << 10 // 100 Mbit/s x 1 ms is 12.5 KB; the RTT here is far less
+	got := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	free := sockopt(t, s3, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	t.Logf("window clamp: %d bytes in the group, %d outside", got, free)
+	if got > clampMax {
+		t.Errorf("receiver in a group limited to 100mbit has window clamp %d bytes, want <= %d", got, clampMax)
+	}
+	if free <= clampMax {
+		t.Errorf("receiver outside the group has window clamp %d bytes: the test cannot tell clamped from not", free)
+	}
+	if err := l.hbm.Unset(group); err != nil {
+		t.Fatal(err)
+	}
+	if after := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); after <= clampMax {
+		t.Errorf("after unset the receiver's window clamp is still %d bytes", after)
+	}
+}
