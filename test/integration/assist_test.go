@@ -226,9 +226,11 @@ func bulk(t *testing.T, w, r *net.TCPConn, d time.Duration) {
 // bulk stream in order over veth (the receive fast path), has its window
 // clamped to about the group's rate x RTT (at 100 Mbit/s and tens of
 // microseconds, the 2-segment floor); the same stream into a receiver outside
-// the group keeps its autotuned clamp; unset lifts the clamp. The first
-// assist (a callback on received segments, which the kernel runs only on the
-// slow path) failed this in most runs.
+// the group keeps its autotuned clamp; unset lifts the clamp. Measured
+// 14:51 UTC on main (PARSE_HDR_OPT_CB) and on this branch (HDR_OPT_LEN_CB):
+// the clamp (2896 bytes) holds on both in this 1 s test, so it does not by
+// itself show the fast-path gap; the lift after unset fails on both (known
+// bug, not fixed yet: after unset no callback reaches the socket).
 func TestRxWindowClamped(t *testing.T) {
 	l := egSetup(t, "rxclamp")
 	group, dir := l.cgroup(t, "r")
@@ -256,6 +258,10 @@ func TestRxWindowClamped(t *testing.T) {
 	if err := l.hbm.Unset(group); err != nil {
 		t.Fatal(err)
 	}
+	// An active socket's clamp is lifted on its next segments (the idle
+	// socket's, by the unset walk, is not asserted: no process of the group
+	// is left to name the receiver's network namespace).
+	ping(t, c, s)
 	if after := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); after <= clampMax {
 		t.Errorf("after unset the receiver's window clamp is still %d bytes", after)
 	}
