@@ -18,6 +18,26 @@
 #define PACE_MAX_BPS       0xfffffffeULL /* the option is 32-bit bytes per second */
 #define RXWIN_MAX          (64U << 20)   /* a window clamp that clamps nothing */
 
+/* netns_note records that an assist changed a socket of this cgroup in this
+ * network namespace (hbm_netns_map), so that `hbm unset` finds the
+ * namespace to walk even when no process of the group is left in it
+ * (internal/dataplane/sockets.go). Called only when a socket is changed,
+ * which is rare next to packets. */
+static __always_inline void netns_note(struct tcp_sock *tp)
+{
+	struct sock *sk = (struct sock *)tp;
+	struct hbm_netns_key k = {};
+	struct cgroup *cg;
+	__u64 now = bpf_ktime_get_ns();
+
+	k.netns_ino = BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	cg = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
+	if (cg)
+		k.cgroup_id = BPF_CORE_READ(cg, kn, id);
+	if (k.netns_ino && k.cgroup_id)
+		bpf_map_update_elem(&hbm_netns_map, &k, &now, BPF_ANY);
+}
+
 /* pace_set makes the socket's pacing cap want (0: none), unless the cap the
  * socket has is within 1/32 of it, or is lower and not HBM's (the socket's
  * owner capped itself lower: that stays). A cap above want is lowered
@@ -41,6 +61,8 @@ static __always_inline int pace_set(void *ctx, struct tcp_sock *tp, struct hbm_s
 		return 0;
 	if (bpf_setsockopt(ctx, SOL_SOCKET, SO_MAX_PACING_RATE_OPT, &val, sizeof(val)))
 		return 0;
+	if (target != PACE_UNLIMITED)
+		netns_note(tp);
 	s->applied = target;
 	return 1;
 }

@@ -138,6 +138,15 @@ struct hbm_sock {
 	__u32 pad2;
 };
 
+/* Key of hbm_netns_map: a network namespace (its inode number, as
+ * /proc/PID/ns/net shows it) in which an assist changed a socket of cgroup
+ * cgroup_id (the socket's own group). */
+struct hbm_netns_key {
+	__u64 cgroup_id;
+	__u32 netns_ino;
+	__u32 pad;
+};
+
 /* Parameters and results of one run of the socket walker (sockets.h). */
 struct hbm_walk {
 	__u64 cgroup_id; /* the group whose sockets are walked (and its descendants) */

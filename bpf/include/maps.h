@@ -47,6 +47,19 @@ struct {
 	__type(value, struct hbm_sock);
 } hbm_rx_map SEC(".maps");
 
+/* Where the assists changed sockets: (socket's cgroup, network namespace)
+ * -> last time (ns). `hbm unset` walks these namespaces to lift what the
+ * assist set (sockets.h), also when no process of the group is left in
+ * them to name the namespace: a socket outlives its creator's presence
+ * there (a listener's accepted sockets, fds passed on, threads that moved).
+ * LRU: bounded; an entry is written only when an assist changes a socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, HBM_MAX_LIMITS);
+	__type(key, struct hbm_netns_key);
+	__type(value, __u64);
+} hbm_netns_map SEC(".maps");
+
 /* The socket walker's parameters and results (one entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

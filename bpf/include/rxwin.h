@@ -85,8 +85,10 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 	if (win <= cur + (cur >> 3) && win + (win >> 3) >= cur)
 		return 1;
 	val = win;
-	if (!bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val)))
+	if (!bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val))) {
+		netns_note(tp);
 		s->applied = val;
+	}
 	return 1;
 }
 

@@ -51,6 +51,13 @@ type hbmHbmKey struct {
 	Pad      uint32
 }
 
+type hbmHbmNetnsKey struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	NetnsIno uint32
+	Pad      uint32
+}
+
 type hbmHbmQueue struct {
 	_    structs.HostLayout
 	Lock struct {
@@ -118,6 +125,7 @@ type hbmHbmWalk struct {
 const (
 	hbmMapHbmFlowMap   = "hbm_flow_map"
 	hbmMapHbmLimitMap  = "hbm_limit_map"
+	hbmMapHbmNetnsMap  = "hbm_netns_map"
 	hbmMapHbmQueueMap  = "hbm_queue_map"
 	hbmMapHbmRxMap     = "hbm_rx_map"
 	hbmMapHbmStatsMap  = "hbm_stats_map"
@@ -184,6 +192,7 @@ type hbmProgramSpecs struct {
 type hbmMapSpecs struct {
 	HbmFlowMap  *ebpf.MapSpec `ebpf:"hbm_flow_map"`
 	HbmLimitMap *ebpf.MapSpec `ebpf:"hbm_limit_map"`
+	HbmNetnsMap *ebpf.MapSpec `ebpf:"hbm_netns_map"`
 	HbmQueueMap *ebpf.MapSpec `ebpf:"hbm_queue_map"`
 	HbmRxMap    *ebpf.MapSpec `ebpf:"hbm_rx_map"`
 	HbmStatsMap *ebpf.MapSpec `ebpf:"hbm_stats_map"`
@@ -218,6 +227,7 @@ func (o *hbmObjects) Close() error {
 type hbmMaps struct {
 	HbmFlowMap  *ebpf.Map `ebpf:"hbm_flow_map"`
 	HbmLimitMap *ebpf.Map `ebpf:"hbm_limit_map"`
+	HbmNetnsMap *ebpf.Map `ebpf:"hbm_netns_map"`
 	HbmQueueMap *ebpf.Map `ebpf:"hbm_queue_map"`
 	HbmRxMap    *ebpf.Map `ebpf:"hbm_rx_map"`
 	HbmStatsMap *ebpf.Map `ebpf:"hbm_stats_map"`
@@ -228,6 +238,7 @@ func (m *hbmMaps) Close() error {
 	return _HbmClose(
 		m.HbmFlowMap,
 		m.HbmLimitMap,
+		m.HbmNetnsMap,
 		m.HbmQueueMap,
 		m.HbmRxMap,
 		m.HbmStatsMap,

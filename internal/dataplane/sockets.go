@@ -23,10 +23,12 @@ import (
 // processes use, plus hbm's own. With release false it turns on the sockops
 // callback direction d's assist needs for sockets connected before the
 // limit; with release true it lifts what the assist set (egress: the pacing
-// cap; ingress: the window clamp). It returns how many sockets of g it saw
-// and changed. A group without processes has no sockets to walk... except
-// ones its processes left behind in hbm's namespace, which the walk of hbm's
-// own namespace still reaches.
+// cap; ingress: the window clamp), and also walks every namespace in which
+// an assist changed a socket of g or below (hbm_netns_map): a socket stays
+// in its namespace when the process that made it leaves, or never was
+// there (an fd passed on, a thread that switched namespaces), and after
+// unset no sockops program is attached to lift it on its next segment. It
+// returns how many sockets of g it saw and changed.
 func (m *Manager) walkSockets(g cgroup.Group, d Direction, release bool) (seen, changed uint64, err error) {
 	p, err := m.programs()
 	if err != nil {
@@ -47,7 +49,14 @@ func (m *Manager) walkSockets(g cgroup.Group, d Direction, release bool) (seen, 
 	defer it.Close()
 
 	var errs []error
-	for _, ns := range netnsOf(g) {
+	spaces := netnsOf(g)
+	if release {
+		// The namespaces where the assists changed sockets of g or below:
+		// no process of g may be left there (measured: a receiver's clamp
+		// outlived the unset because the walk never entered its namespace).
+		spaces = appendNew(spaces, m.assistedNetns(g))
+	}
+	for _, ns := range spaces {
 		if err := inNetns(ns, func() error { return drain(it) }); err != nil {
 			errs = append(errs, fmt.Errorf("netns %s: %w", ns, err))
 		}
@@ -132,4 +141,102 @@ func inNetns(path string, fn func() error) error {
 	}
 	runtime.UnlockOSThread()
 	return ferr
+}
+
+// appendNew appends the namespaces of b (paths) not already in a.
+func appendNew(a, b []string) []string {
+	ino := func(p string) uint64 {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil {
+			return 0
+		}
+		return st.Ino
+	}
+	have := map[uint64]bool{}
+	for _, p := range a {
+		have[ino(p)] = true
+	}
+	for _, p := range b {
+		if i := ino(p); i != 0 && !have[i] {
+			have[i] = true
+			a = append(a, p)
+		}
+	}
+	return a
+}
+
+// assistedNetns returns a path for each network namespace in which an
+// assist changed a socket of g or a group below it (hbm_netns_map), found
+// among the named namespaces (/run/netns) and those of every process and
+// thread. Namespaces no longer found are gone, and their sockets with them.
+func (m *Manager) assistedNetns(g cgroup.Group) []string {
+	if m.st.netns == nil {
+		return nil
+	}
+	ids := map[uint64]bool{g.ID: true}
+	filepath.WalkDir(g.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil {
+				ids[st.Ino] = true // a cgroup2 directory's inode is its id
+			}
+		}
+		return nil
+	})
+	want := map[uint64]bool{}
+	var k hbmHbmNetnsKey
+	var v uint64
+	it := m.st.netns.Iterate()
+	for it.Next(&k, &v) {
+		if ids[k.CgroupId] {
+			want[uint64(k.NetnsIno)] = true
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	return findNetns(want)
+}
+
+// findNetns returns one path per namespace inode in want that it finds:
+// bind mounts under /run/netns first, then /proc/PID/ns/net, then
+// /proc/PID/task/TID/ns/net (a thread may sit in a namespace its process
+// left).
+func findNetns(want map[uint64]bool) []string {
+	var out []string
+	try := func(p string) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && want[st.Ino] {
+			delete(want, st.Ino)
+			out = append(out, p)
+		}
+	}
+	for _, dir := range []string{"/run/netns", "/var/run/netns"} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			try(filepath.Join(dir, e.Name()))
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		if len(want) == 0 {
+			return out
+		}
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			try(filepath.Join("/proc", e.Name(), "ns/net"))
+		}
+	}
+	for _, e := range procs {
+		if len(want) == 0 {
+			return out
+		}
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		tasks, _ := os.ReadDir(filepath.Join("/proc", e.Name(), "task"))
+		for _, t := range tasks {
+			try(filepath.Join("/proc", e.Name(), "task", t.Name(), "ns/net"))
+		}
+	}
+	return out
 }

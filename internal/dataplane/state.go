@@ -27,6 +27,9 @@ const (
 // state is the pinned maps, opened from the pin directory.
 type state struct {
 	limits, queues, stats, flows, rx, walk *ebpf.Map
+	// netns records where the assists changed sockets (maps.h,
+	// hbm_netns_map): the namespaces the unset walk visits.
+	netns *ebpf.Map
 	// txn is the journal of the change under way (one entry): written
 	// before a change of several steps, cleared after its last, so the next
 	// hbm repairs what a killed one left half done.
@@ -62,7 +65,7 @@ var txnSpec = ebpf.MapSpec{
 }
 
 func (s *state) all() []*ebpf.Map {
-	return []*ebpf.Map{s.limits, s.queues, s.stats, s.flows, s.rx, s.walk, s.txn}
+	return []*ebpf.Map{s.limits, s.queues, s.stats, s.flows, s.rx, s.walk, s.netns, s.txn}
 }
 
 func (s *state) close() {
@@ -78,6 +81,7 @@ func (s *state) replacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
 		hbmMapHbmLimitMap: s.limits, hbmMapHbmQueueMap: s.queues, hbmMapHbmStatsMap: s.stats,
 		hbmMapHbmFlowMap: s.flows, hbmMapHbmRxMap: s.rx, hbmMapHbmWalkMap: s.walk,
+		hbmMapHbmNetnsMap: s.netns,
 	}
 }
 
@@ -91,6 +95,7 @@ func openState(dir string, create bool) (*state, error) {
 	dsts := map[string]**ebpf.Map{
 		hbmMapHbmLimitMap: &s.limits, hbmMapHbmQueueMap: &s.queues, hbmMapHbmStatsMap: &s.stats,
 		hbmMapHbmFlowMap: &s.flows, hbmMapHbmRxMap: &s.rx, hbmMapHbmWalkMap: &s.walk,
+		hbmMapHbmNetnsMap: &s.netns,
 	}
 	specs := map[string]*ebpf.MapSpec{txnMap: &txnSpec}
 	for name := range dsts {
@@ -111,8 +116,8 @@ func openState(dir string, create bool) (*state, error) {
 func openMap(dir, name string, ms *ebpf.MapSpec, create bool) (*ebpf.Map, error) {
 	if !create {
 		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
-		if errors.Is(err, os.ErrNotExist) && name == txnMap {
-			return nil, nil // state of an hbm without a journal: nothing to read
+		if errors.Is(err, os.ErrNotExist) && (name == txnMap || name == hbmMapHbmNetnsMap) {
+			return nil, nil // state of an older hbm without it: nothing to read
 		}
 		if err != nil {
 			return nil, fmt.Errorf("open map %s in %s: %w", name, dir, err)
