@@ -281,6 +281,30 @@ func (in *Incast) BottleneckDrops() (uint64, error) {
 	return n, nil
 }
 
+// ReceiverRxBytes returns the bytes the receiver's interface has received:
+// whole frames, Ethernet header included (a limit held exactly on IP bytes
+// reads about 1.01 of it at MTU 1500).
+func (in *Incast) ReceiverRxBytes() (uint64, error) {
+	h, err := netns.GetFromName(in.ReceiverNS)
+	if err != nil {
+		return 0, fmt.Errorf("testbed: open netns %s: %w", in.ReceiverNS, err)
+	}
+	defer h.Close()
+	nh, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return 0, fmt.Errorf("testbed: netlink in %s: %w", in.ReceiverNS, err)
+	}
+	defer nh.Close()
+	l, err := nh.LinkByName(in.HostDev)
+	if err != nil {
+		return 0, fmt.Errorf("testbed: %s in %s: %w", in.HostDev, in.ReceiverNS, err)
+	}
+	if l.Attrs().Statistics == nil {
+		return 0, fmt.Errorf("testbed: no statistics for %s", in.HostDev)
+	}
+	return l.Attrs().Statistics.RxBytes, nil
+}
+
 // Sysctl sets key=value in every host namespace (senders and receiver).
 func (in *Incast) Sysctl(key, value string) error {
 	for _, ns := range append([]string{in.ReceiverNS}, in.SenderNS...) {
@@ -355,6 +379,9 @@ type IncastResult struct {
 	// whole run, connection set-up and slow start included.
 	Drops    uint64
 	DropsRun uint64
+	// RxBps is what the receiver's interface received in the measurement
+	// window (frames, Ethernet headers included), bits/s.
+	RxBps float64
 }
 
 // Run runs `bin workload run` with cfg (Addr is filled in) in every sender
@@ -370,7 +397,15 @@ func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port
 	errs := make([]error, len(in.SenderNS))
 	// The clients connect (~100 ms: exec, connect), warm up, then measure.
 	dropsW := make(chan uint64, 1)
+	type rxAt struct {
+		b  uint64
+		at time.Time
+	}
+	rxW, rxE := make(chan rxAt, 1), make(chan rxAt, 1)
 	warm := time.AfterFunc(cfg.Warmup+200*time.Millisecond, func() {
+		if b, err := in.ReceiverRxBytes(); err == nil {
+			rxW <- rxAt{b, time.Now()}
+		}
 		n, err := in.BottleneckDrops()
 		if err != nil {
 			n = drops0
@@ -378,6 +413,14 @@ func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port
 		dropsW <- n
 	})
 	defer warm.Stop()
+	// The window's end, a little before the clients stop (they connect
+	// about 100 ms after the start).
+	end := time.AfterFunc(cfg.Warmup+cfg.Duration, func() {
+		if b, err := in.ReceiverRxBytes(); err == nil {
+			rxE <- rxAt{b, time.Now()}
+		}
+	})
+	defer end.Stop()
 	var wg sync.WaitGroup
 	for i, ns := range in.SenderNS {
 		wg.Add(1)
@@ -399,6 +442,17 @@ func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port
 	case w := <-dropsW:
 		r.Drops = drops1 - w
 	default: // the run ended before its warm-up did: count the whole run
+	}
+	select {
+	case a := <-rxW:
+		select {
+		case b := <-rxE:
+			if secs := b.at.Sub(a.at).Seconds(); secs > 0 {
+				r.RxBps = float64(b.b-a.b) * 8 / secs
+			}
+		default:
+		}
+	default:
 	}
 	var p50s []float64
 	for _, s := range res {

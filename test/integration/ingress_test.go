@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/eval/result"
 	"github.com/hbm-dev/hbm/internal/testbed"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
@@ -335,4 +336,76 @@ func TestIngressCLI(t *testing.T) {
 	if out, code := hbm("unset", group); code != 1 {
 		t.Errorf("unset with nothing set: exit %d, want 1: %s", code, out)
 	}
+}
+
+// TestIngressLimitSweep: a plain ingress limit holds N bulk streams of ECN
+// senders (cubic+ECN, DCTCP) within [0.80, 1.08] of the limit, frames
+// counted on the receiver's interface (Ethernet headers included: a limit
+// held exactly on IP bytes reads about 1.01), for N = 1, 4, 16 at 500mbit,
+// 1gbit and 2gbit. The path is not the bottleneck (20 Gbit/s). Bounds wider
+// than the design target [0.85, 1.05] so that a loaded CI machine passes,
+// narrow enough to catch a limiter that starves (the receive-window assist
+// once held groups at 0.25-0.5) or lets the senders through.
+//
+// HBM_INGRESS_SWEEP_RUNS=3 makes it the benchmark (medians of 3, 2 s
+// warm-up, 4 s windows, min-max logged); HBM_INGRESS_SWEEP_ARGS adds `hbm
+// set` flags (e.g. --no-pace) and HBM_INGRESS_SWEEP_CELLS=rate/cc/N,...
+// runs only those cells (e.g. 2gbit/dctcp/1).
+func TestIngressLimitSweep(t *testing.T) {
+	l := inSetup(t, "ingsweep", testbed.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
+	runs, warm, dur := 1, time.Second, 2*time.Second
+	if v := os.Getenv("HBM_INGRESS_SWEEP_RUNS"); v != "" {
+		fmt.Sscan(v, &runs)
+		warm, dur = 2*time.Second, 4*time.Second
+	}
+	extra := strings.Fields(os.Getenv("HBM_INGRESS_SWEEP_ARGS"))
+	only := map[string]bool{}
+	for _, c := range strings.Split(os.Getenv("HBM_INGRESS_SWEEP_CELLS"), ",") {
+		if c != "" {
+			only[c] = true
+		}
+	}
+	var table []string
+	for _, ccName := range []string{"cubic+ecn", "dctcp"} {
+		t.Run(ccName, func(t *testing.T) {
+			cc := l.ccSetup(t, ccName)
+			for _, rate := range []string{"500mbit", "1gbit", "2gbit"} {
+				limit, _ := testbed.ParseRate(rate)
+				for _, n := range []int{1, 4, 16} {
+					cell := fmt.Sprintf("%s/%s/%d", rate, ccName, n)
+					if len(only) > 0 && !only[cell] {
+						continue
+					}
+					if err := l.hbm.SetIngress(l.group, rate, extra...); err != nil {
+						t.Fatalf("hbm set --ingress %s: %v", rate, err)
+					}
+					var shares, goods []float64
+					var retrans, marked, dropped uint64
+					for i := 0; i < runs; i++ {
+						cfg := workload.Config{Streams: n, Warmup: warm, Duration: dur, CC: cc}
+						r, c := l.run(t, fmt.Sprintf("%s x %d", rate, n), cfg)
+						shares = append(shares, r.RxBps/float64(limit))
+						goods = append(goods, r.Goodput/float64(limit))
+						retrans += r.Retransmits
+						if c != nil {
+							marked += c.Marked
+							dropped += c.Dropped
+						}
+					}
+					if err := l.hbm.Unset(l.group); err != nil {
+						t.Fatal(err)
+					}
+					med := result.Median(shares)
+					line := fmt.Sprintf("%-8s %-10s %3d  rx/limit %.3f (%.3f-%.3f)  goodput/limit %.3f  retrans %d  marked %d  dropped %d (all runs)",
+						rate, ccName, n, med, slices.Min(shares), slices.Max(shares), result.Median(goods), retrans, marked, dropped)
+					table = append(table, line)
+					t.Log(line)
+					if med < 0.80 || med > 1.08 {
+						t.Errorf("%s: %d %s streams received at %.3f of the limit (frames on the receiver's interface), want [0.80, 1.08]", rate, n, ccName, med)
+					}
+				}
+			}
+		})
+	}
+	t.Logf("sweep (%d run(s) per cell, %v warm-up, %v window, extra %q):\n%s", runs, warm, dur, extra, strings.Join(table, "\n"))
 }
