@@ -17,6 +17,7 @@
 #include "maps.h"
 #include "policy.h"
 #include "pacing.h"
+#include "rxfresh.h"
 #include "rxwin.h"
 #include "sockets.h"
 
@@ -82,14 +83,19 @@ int hbm_ingress(struct __sk_buff *skb)
 	if (sk) {
 		if (tp && v.p.payload)
 			s = bpf_sk_storage_get(&hbm_rx_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-		if (s)
+		if (s && tp) {
 			v.counted = 1;
+			v.fresh = v.candidate = rx_fresh(&v.p, tp->data_segs_out, s);
+		}
 	}
 	if (v.p.is_tcp)
 		v.protected = rx_protected(&v.p, tp, s, v.now);
 	police_path(skb, &v);
-	if (s)
+	if (s) {
 		s->want_Bps = v.want_Bps;
+		if (v.candidate)
+			s->fresh_room = v.fresh;
+	}
 	if (!v.drop)
 		return HBM_RET_PASS;
 	if (s) {

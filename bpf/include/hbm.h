@@ -124,18 +124,24 @@ struct hbm_sock {
 	__u64 applied;     /* what the assist last set (pacing cap B/s, or window clamp bytes) */
 	__u32 seen[HBM_MAX_LEVELS]; /* per cgroup level: the flow-count window last counted in, + 1 */
 	__u64 rpc_Bps;     /* egress: the least RPC cap of its groups (share.h), payload bytes/s */
-	__u32 fresh_room;  /* egress: 1 if its last fresh packet found room in every
+	__u32 fresh_room;  /* 1 if its last fresh packet found room in every
 	                    * group's fresh budget (policy.h, fresh_budget) */
-	__u32 pad;
-	__u32 burst_end;   /* egress: sequence number where the current fresh burst ends */
-	__u32 burst;       /* egress: 1 while a burst is under way; 0 once everything the
-	                    * socket wrote was acked: its next packet starts a fresh burst */
+	__u32 rx_segs_out; /* ingress: the receiver's data_segs_out when the current
+	                    * burst began: once it replies, the next data is a new
+	                    * burst (rxfresh.h) */
+	__u32 burst_end;   /* sequence number where the current fresh burst ends
+	                    * (egress: sent; ingress: received) */
+	__u32 burst;       /* 1 while a burst is under way (egress: 0 once everything
+	                    * the socket wrote was acked: its next packet starts a
+	                    * fresh burst; ingress: see rxfresh.h) */
 	/* ingress only: a drop opens a hole in the flow's sequence space; until
 	 * the receiver's rcv_nxt passes hole_end no further packet of the flow
 	 * is dropped (policy.h, rx_protected). */
 	__u64 hole_ns;     /* when the hole was made (0: none) */
 	__u32 hole_end;    /* sequence number just past the dropped payload */
-	__u32 pad2;
+	__u32 rx_rpc;      /* ingress: 1 while the socket's bursts fit in the fresh
+	                    * burst (an RPC socket: rxfresh.h); its window stays open
+	                    * for a whole request */
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

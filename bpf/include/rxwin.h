@@ -29,6 +29,7 @@
 #define HBM_RXWIN_H
 
 #include "assist.h"
+#include "rxfresh.h"
 
 #define RXWIN_MIN_MSS    2  /* never clamp below this many segments */
 #define RXWIN_MIN_RTT_US 20 /* RTT floor of the window estimate */
@@ -38,7 +39,7 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 	struct hbm_sock *s;
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;
-	__u64 rtt, win, mss, cur;
+	__u64 rtt, win, mss, cur, rpc;
 	__u32 val;
 
 	switch (skops->op) {
@@ -76,6 +77,11 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 	win = s->want_Bps * rtt / 1000000;
 	if (win < RXWIN_MIN_MSS * mss)
 		win = RXWIN_MIN_MSS * mss;
+	/* Small transfers first: an RPC socket's window stays open for a
+	 * whole request (rxfresh.h). */
+	rpc = rx_rpc_window(s, tp->rcv_nxt, tp->data_segs_out);
+	if (win < rpc)
+		win = rpc;
 	if (win > RXWIN_MAX)
 		win = RXWIN_MAX;
 	/* Skip the setsockopt unless the socket's clamp is off by more than

@@ -25,11 +25,11 @@ func (lf *limitFlags) register(cmd *cobra.Command) {
 	f.Var(&lf.egress, "egress", "egress `RATE` (e.g. 200mbit, 1gbit)")
 	f.Var(&lf.ingress, "ingress", "ingress `RATE` (e.g. 500mbit, 9gbit)")
 	f.BoolVar(&lf.loopback, "loopback", false, "police loopback traffic too (exempt by default)")
-	f.BoolVar(&lf.noDrop, "no-drop", false, "mark only, never drop (ingress: incast protection)")
+	f.BoolVar(&lf.noDrop, "no-drop", false, "mark only, never drop (ingress: incast protection; --mark and --burst then default to 200us)")
 	f.BoolVar(&lf.noPace, "no-pace", false, "no pacing assist (egress): police with marks and drops only")
 	f.DurationVar(&lf.th.Burst, "burst", rate.DefaultBurst, "credit an idle group keeps, in time at RATE")
 	f.DurationVar(&lf.th.Pace, "pace", rate.DefaultPace, "virtual queue the pacing assist steers each group to")
-	f.DurationVar(&lf.th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked (CE; egress: cwr for non-ECN TCP)")
+	f.DurationVar(&lf.th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked (CE; egress: cwr for non-ECN TCP; ingress --no-drop: 200us)")
 	f.DurationVar(&lf.th.DropLarge, "drop-large", rate.DefaultDropLarge, "virtual queue above which large packets are dropped")
 	f.DurationVar(&lf.th.DropSmall, "drop-small", rate.DefaultDropSmall, "virtual queue above which all packets are dropped")
 	f.Uint32Var(&lf.minInflight, "min-inflight", 0, "never drop egress TCP flows with fewer packets out (experiments)")
@@ -43,7 +43,17 @@ func (lf *limitFlags) limits(cmd *cobra.Command) (egress, ingress *dataplane.Lim
 		if !cmd.Flags().Changed(flag) {
 			return nil, nil
 		}
-		t := lf.th.Fit(r)
+		t := lf.th
+		if flag == "ingress" && lf.noDrop {
+			// Incast protection: its own defaults (rate.IncastMark).
+			if !cmd.Flags().Changed("mark") {
+				t.Mark = rate.IncastMark
+			}
+			if !cmd.Flags().Changed("burst") {
+				t.Burst = rate.IncastBurst
+			}
+		}
+		t = t.Fit(r)
 		if err := t.Validate(); err != nil {
 			return nil, usageError{fmt.Errorf("--%s %v: %w", flag, r, err)}
 		}

@@ -92,12 +92,12 @@ type hbmHbmSock struct {
 	Seen      [32]uint32
 	RpcBps    uint64
 	FreshRoom uint32
-	Pad       uint32
+	RxSegsOut uint32
 	BurstEnd  uint32
 	Burst     uint32
 	HoleNs    uint64
 	HoleEnd   uint32
-	Pad2      uint32
+	RxRpc     uint32
 }
 
 type hbmHbmStats struct {

@@ -31,6 +31,18 @@ const (
 	DefaultDropSmall = 24 * time.Millisecond
 )
 
+// Incast protection (a mark-only ingress limit set just below the link, `hbm
+// set / --ingress RATE --no-drop`): mark and burst default to these instead.
+// The virtual queue sees only what the switch let through, at most the link
+// rate, so it fills at the link rate less the limit (a tenth of it at 90%):
+// marks must start after a few packets, or the switch's shallow buffer (128
+// KB is 0.5 ms at 2 Gbit/s) overflows first. Measured on the incast
+// testbed: docs/design.md.
+const (
+	IncastMark  = 200 * time.Microsecond
+	IncastBurst = 200 * time.Microsecond
+)
+
 // Floors in bytes: at low rates a time threshold would sit below one packet
 // (1 ms at 8 kbit/s is one byte), so each threshold also holds this many
 // full-size packets, and the drop thresholds leave room above the mark one.

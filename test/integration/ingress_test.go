@@ -159,46 +159,108 @@ func (l *inLab) run(t *testing.T, label string, cfg workload.Config) (*testbed.I
 }
 
 // TestIngressIncast: 4 senders x (2 bulk streams + a 10 KB RPC loop) into
-// one receiver through a 2 Gbit/s bottleneck with a 128 KB buffer. A
-// mark-only ingress limit at 90% of the bottleneck on the receiver's group
-// cuts retransmissions and bottleneck drops by at least 5x against the same
-// run without HBM, and goodput stays at least 0.8 of the bottleneck.
+// one receiver through a 2 Gbit/s bottleneck with a 128 KB buffer, the
+// receiver's group limited with the incast protection defaults (`--ingress
+// 1.8gbit --no-drop`, nothing tuned). Against the same run without HBM, for
+// ECN senders (cubic+ECN, DCTCP): no bottleneck drops, at least 20x fewer
+// retransmissions, goodput at least 0.8 of the bottleneck. Senders without
+// ECN (cubic): no more bottleneck drops than without HBM.
+//
+// The tail: the design target (the worst sender's 10 KB P99 3x lower than
+// without HBM) is NOT met (docs/design.md, "Incast protection": medians of
+// 3 show it 2-3x higher, for every cc, and the time is spent with the whole
+// request unread in the receiving application, not in the network). The
+// test asserts only that it stays within 5x of no HBM, which catches the
+// 200 ms timeout tails of a broken assist; tighten it when the tail is fixed.
+//
+// HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged).
 func TestIngressIncast(t *testing.T) {
 	const bottleneck = 2_000_000_000
 	l := inSetup(t, "ingincast", testbed.IncastOptions{Senders: 4, Rate: bottleneck, Buffer: 128 << 10})
-	for _, ccName := range []string{"cubic+ecn", "dctcp"} {
+	runs := 1
+	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
+		fmt.Sscan(v, &runs)
+	}
+	// Experiments: HBM_INCAST_ARGS adds `hbm set` flags, HBM_INCAST_CCS
+	// picks the congestion controls.
+	args := append([]string{"1.8gbit", "--no-drop"}, strings.Fields(os.Getenv("HBM_INCAST_ARGS"))...)
+	ccs := []string{"cubic+ecn", "dctcp", "cubic"}
+	if v := os.Getenv("HBM_INCAST_CCS"); v != "" {
+		ccs = strings.Split(v, ",")
+	}
+	type stats struct{ drops, retrans, p99, p50, good []float64 }
+	add := func(st *stats, r *testbed.IncastResult) {
+		st.drops = append(st.drops, float64(r.Drops))
+		st.retrans = append(st.retrans, float64(r.Retransmits))
+		st.p99 = append(st.p99, r.RPCP99)
+		st.p50 = append(st.p50, r.RPCP50)
+		st.good = append(st.good, r.Goodput/bottleneck)
+	}
+	med := result.Median
+	span := func(v []float64) string { return fmt.Sprintf("%.4g (%.4g-%.4g)", med(v), slices.Min(v), slices.Max(v)) }
+	var table []string
+	for _, ccName := range ccs {
 		t.Run(ccName, func(t *testing.T) {
 			cc := l.ccSetup(t, ccName)
 			cfg := workload.Config{Streams: 2, RPCs: 1, RPCSize: 10 << 10, Warmup: inWarmup, Duration: inDuration, CC: cc}
-			none, _ := l.run(t, "no hbm", cfg)
-			if err := l.hbm.SetIngress(l.group, "1.8gbit", "--no-drop", "--mark", "200us", "--burst", "200us"); err != nil {
-				t.Fatalf("hbm set --ingress: %v", err)
+			var none, with stats
+			var marked, dropped uint64
+			for i := 0; i < runs; i++ {
+				r, _ := l.run(t, "no hbm", cfg)
+				add(&none, r)
+				if err := l.hbm.SetIngress(l.group, args[0], args[1:]...); err != nil {
+					t.Fatalf("hbm set --ingress: %v", err)
+				}
+				r, c := l.run(t, "hbm --ingress 1.8gbit --no-drop", cfg)
+				if err := l.hbm.Unset(l.group); err != nil {
+					t.Fatal(err)
+				}
+				if c == nil {
+					t.Fatal("hbm show --json lists no ingress limit for the receiver's group")
+				}
+				add(&with, r)
+				marked += c.Marked
+				dropped += c.Dropped
 			}
-			defer l.hbm.Unset(l.group)
-			with, c := l.run(t, "hbm --ingress 1.8gbit --no-drop", cfg)
-			if c == nil {
-				t.Fatal("hbm show --json lists no ingress limit for the receiver's group")
+			for _, x := range []struct {
+				name string
+				st   stats
+			}{{"none", none}, {"hbm", with}} {
+				line := fmt.Sprintf("%-9s %-4s drops %s  retrans %s  10KB p50 %s us  worst p99 %s us  goodput/port %s",
+					ccName, x.name, span(x.st.drops), span(x.st.retrans), span(x.st.p50), span(x.st.p99), span(x.st.good))
+				table = append(table, line)
+				t.Log(line)
 			}
-			if c.Dropped != 0 {
-				t.Errorf("--no-drop limit dropped %d packets", c.Dropped)
+			if dropped != 0 {
+				t.Errorf("--no-drop limit dropped %d packets", dropped)
 			}
-			if c.Marked == 0 {
+			if med(none.retrans) < 100 || med(none.drops) < 100 {
+				t.Fatalf("without HBM only %.0f retransmissions and %.0f bottleneck drops: the testbed made no incast", med(none.retrans), med(none.drops))
+			}
+			if med(with.p99) > 5*med(none.p99) {
+				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: more than 5x worse", med(with.p99), med(none.p99))
+			}
+			if ccName == "cubic" {
+				if med(with.drops) > med(none.drops) {
+					t.Errorf("non-ECN: bottleneck drops %.0f with HBM, %.0f without: worse", med(with.drops), med(none.drops))
+				}
+				return
+			}
+			if marked == 0 {
 				t.Errorf("the limit marked nothing: no incast reached it?")
 			}
-			if none.Retransmits < 100 || none.Drops < 100 {
-				t.Fatalf("without HBM only %d retransmissions and %d bottleneck drops: the testbed made no incast", none.Retransmits, none.Drops)
+			if med(with.drops) != 0 {
+				t.Errorf("bottleneck drops %.0f with HBM (median), want 0 (%.0f without)", med(with.drops), med(none.drops))
 			}
-			if with.Retransmits*5 > none.Retransmits {
-				t.Errorf("retransmissions %d with HBM, %d without: want at least 5x fewer", with.Retransmits, none.Retransmits)
+			if med(with.retrans)*20 > med(none.retrans) {
+				t.Errorf("retransmissions %.0f with HBM, %.0f without: want at least 20x fewer", med(with.retrans), med(none.retrans))
 			}
-			if with.Drops*5 > none.Drops {
-				t.Errorf("bottleneck drops %d with HBM, %d without: want at least 5x fewer", with.Drops, none.Drops)
-			}
-			if ratio := with.Goodput / bottleneck; ratio < 0.8 {
-				t.Errorf("goodput with HBM %.1f Mbit/s is %.3f of the bottleneck, want >= 0.80", with.Goodput/1e6, ratio)
+			if g := med(with.good); g < 0.8 {
+				t.Errorf("goodput with HBM is %.3f of the bottleneck, want >= 0.80", g)
 			}
 		})
 	}
+	t.Logf("incast (%d run(s), 4 senders x (2 streams + 10 KB loop), 2 Gbit/s 128 KB port, hbm --ingress 1.8gbit --no-drop):\n%s", runs, strings.Join(table, "\n"))
 }
 
 // TestIngressLimit: a plain ingress limit on the receiver's group holds 3
