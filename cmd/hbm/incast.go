@@ -88,7 +88,7 @@ What bench/incast.sh runs.`,
 	f.IntVar(&o.buffer, "buffer", 128<<10, "bottleneck queue, bytes")
 	f.IntVar(&o.burst, "burst", 32<<10, "bottleneck tbf bucket, bytes")
 	f.StringVar(&o.ingress, "ingress", "", "HBM ingress limit (default 90% of --rate)")
-	f.StringVar(&o.hbmArgs, "hbm-args", "--no-drop --mark 200us --burst 200us", "extra hbm set flags for mode hbm")
+	f.StringVar(&o.hbmArgs, "hbm-args", "--no-drop", "extra hbm set flags for mode hbm")
 	f.StringSliceVar(&o.ccs, "ccs", []string{"cubic", "cubic+ecn", "bbr", "dctcp"}, "congestion controls (+ecn: tcp_ecn=1; dctcp: ECN, receiver too; skipped when not registered)")
 	f.StringSliceVar(&o.modes, "modes", []string{"none", "hbm"}, "none, hbm")
 	f.DurationVar(&o.duration, "duration", 8*time.Second, "measurement window per cell")

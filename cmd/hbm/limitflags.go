@@ -44,14 +44,8 @@ func (lf *limitFlags) limits(cmd *cobra.Command) (egress, ingress *dataplane.Lim
 			return nil, nil
 		}
 		t := lf.th
-		if flag == "ingress" && lf.noDrop {
-			// Incast protection: its own defaults (rate.IncastMark).
-			if !cmd.Flags().Changed("mark") {
-				t.Mark = rate.IncastMark
-			}
-			if !cmd.Flags().Changed("burst") {
-				t.Burst = rate.IncastBurst
-			}
+		if flag == "ingress" && lf.noDrop { // incast protection: its own defaults
+			t = t.Incast(cmd.Flags().Changed("mark"), cmd.Flags().Changed("burst"))
 		}
 		t = t.Fit(r)
 		if err := t.Validate(); err != nil {

@@ -264,7 +264,11 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 		}
 		l := opts
 		l.Rate = d.rt
-		l.Thresholds = th.Fit(d.rt)
+		t := th
+		if d.name == "ingress" && l.NoDrop { // incast protection: its own defaults
+			t = t.Incast(seen["mark"], seen["burst"])
+		}
+		l.Thresholds = t.Fit(d.rt)
 		if l.MinInflight == 0 {
 			l.MinInflight = dataplane.DefaultMinInflight
 		}

@@ -76,6 +76,15 @@ func TestParseLimits(t *testing.T) {
 	if l.Ingress == nil || l.Ingress.Rate != 1e9 || !l.Ingress.NoDrop || l.Ingress.NoPace || l.Ingress.Thresholds.Mark != 200e3 {
 		t.Errorf("ingress %+v", l.Ingress)
 	}
+	// Incast protection (ingress no-drop) has its own mark and burst
+	// defaults, as hbm set --ingress --no-drop; a mark given is kept.
+	if l, err := ParseLimits(map[string]string{"kubernetes.io/ingress-bandwidth": "1G", "hbm.io/ingress-no-drop": "true"}); err != nil ||
+		l.Ingress.Thresholds.Mark != rate.IncastMark || l.Ingress.Thresholds.Burst != rate.IncastBurst {
+		t.Errorf("ingress no-drop defaults: %+v %v", l.Ingress, err)
+	}
+	if l.Ingress.Thresholds.Burst != rate.IncastBurst {
+		t.Errorf("ingress no-drop with mark given: burst %v, want %v", l.Ingress.Thresholds.Burst, rate.IncastBurst)
+	}
 	// Binary suffixes as kubelet reads them: 1Mi is 1048576 bit/s.
 	if l, err := ParseLimits(map[string]string{"kubernetes.io/egress-bandwidth": "1Mi"}); err != nil || l.Egress.Rate != 1<<20 || l.Ingress != nil {
 		t.Errorf("1Mi: %+v %v", l, err)

@@ -42,8 +42,10 @@ var options = map[string]optionKind{
 
 // dirOptions are the options given for one direction.
 type dirOptions struct {
-	limit dataplane.Limit // Loopback, NoDrop, NoPace
-	th    rate.Thresholds // the defaults, with the ones given replaced
+	limit   dataplane.Limit // Loopback, NoDrop, NoPace
+	th      rate.Thresholds // the defaults, with the ones given replaced
+	given   map[string]bool // the threshold options given
+	ingress bool            // the ingress direction's options
 }
 
 func defaultOptions() dirOptions {
@@ -55,6 +57,7 @@ func defaultOptions() dirOptions {
 // is an error (a misspelt option must not pass silently).
 func parseOptions(annotations map[string]string) (egress, ingress dirOptions, err error) {
 	egress, ingress = defaultOptions(), defaultOptions()
+	ingress.ingress = true
 	keys := make([]string, 0, len(annotations))
 	for k := range annotations {
 		if strings.HasPrefix(k, OptionPrefix) {
@@ -92,6 +95,10 @@ func parseOptions(annotations map[string]string) (egress, ingress dirOptions, er
 			}
 			*map[string]*time.Duration{"burst": &o.th.Burst, "pace": &o.th.Pace, "mark": &o.th.Mark,
 				"drop-large": &o.th.DropLarge, "drop-small": &o.th.DropSmall}[name] = d
+			if o.given == nil {
+				o.given = map[string]bool{}
+			}
+			o.given[name] = true
 		}
 	}
 	return egress, ingress, nil
@@ -102,7 +109,11 @@ func parseOptions(annotations map[string]string) (egress, ingress dirOptions, er
 func (o dirOptions) build(r rate.Rate) (dataplane.Limit, error) {
 	l := o.limit
 	l.Rate = r
-	l.Thresholds = o.th.Fit(r)
+	t := o.th
+	if o.ingress && l.NoDrop { // incast protection: its own defaults
+		t = t.Incast(o.given["mark"], o.given["burst"])
+	}
+	l.Thresholds = t.Fit(r)
 	l.MinInflight = dataplane.DefaultMinInflight
 	if err := l.Thresholds.Validate(); err != nil {
 		return l, err

@@ -151,3 +151,16 @@ func TestThresholds(t *testing.T) {
 		t.Fatal("mark above drop-large accepted")
 	}
 }
+
+func TestIncastDefaults(t *testing.T) {
+	d := Thresholds{Burst: DefaultBurst, Pace: DefaultPace, Mark: DefaultMark, DropLarge: DefaultDropLarge, DropSmall: DefaultDropSmall}
+	if got := d.Incast(false, false); got.Mark != IncastMark || got.Burst != IncastBurst || got.DropLarge != DefaultDropLarge {
+		t.Errorf("no thresholds given: %+v", got)
+	}
+	if got := d.Incast(true, false); got.Mark != DefaultMark || got.Burst != IncastBurst {
+		t.Errorf("mark given: %+v", got)
+	}
+	if got := d.Incast(false, true); got.Mark != IncastMark || got.Burst != DefaultBurst {
+		t.Errorf("burst given: %+v", got)
+	}
+}

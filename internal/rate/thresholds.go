@@ -43,6 +43,20 @@ const (
 	IncastBurst = 200 * time.Microsecond
 )
 
+// Incast gives t the incast-protection defaults (IncastMark, IncastBurst)
+// for mark and burst where the user gave none (markGiven, burstGiven): what
+// `--ingress RATE --no-drop` means, from the command line, the configuration
+// file and the Kubernetes annotations alike.
+func (t Thresholds) Incast(markGiven, burstGiven bool) Thresholds {
+	if !markGiven {
+		t.Mark = IncastMark
+	}
+	if !burstGiven {
+		t.Burst = IncastBurst
+	}
+	return t
+}
+
 // Floors in bytes: at low rates a time threshold would sit below one packet
 // (1 ms at 8 kbit/s is one byte), so each threshold also holds this many
 // full-size packets, and the drop thresholds leave room above the mark one.

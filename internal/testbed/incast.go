@@ -388,13 +388,32 @@ type IncastResult struct {
 // namespace at once and sums the results. Bounded by cfg's warm-up and
 // duration plus 30s.
 func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port int) (*IncastResult, error) {
-	cfg.Addr = in.ReceiverAddr(port)
+	return in.RunJobs(ctx, bin, []IncastJob{{cfg, port}})
+}
+
+// IncastJob is one client configuration and the receiver's port it talks to.
+type IncastJob struct {
+	Cfg  workload.Config
+	Port int
+}
+
+// RunJobs runs every job from every sender at once (one client process per
+// sender and job: with the receiver's servers on separate ports, bulk and
+// RPC traffic are served by separate processes, as netperf does in the
+// seed), and sums the results. The jobs share the warm-up and duration of
+// the first.
+func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*IncastResult, error) {
+	if len(jobs) == 0 {
+		return nil, errors.New("testbed: no incast job")
+	}
+	cfg := jobs[0].Cfg
 	drops0, err := in.BottleneckDrops()
 	if err != nil {
 		return nil, err
 	}
-	res := make([]*workload.Result, len(in.SenderNS))
-	errs := make([]error, len(in.SenderNS))
+	n := len(in.SenderNS) * len(jobs)
+	res := make([]*workload.Result, n)
+	errs := make([]error, n)
 	// The clients connect (~100 ms: exec, connect), warm up, then measure.
 	dropsW := make(chan uint64, 1)
 	type rxAt struct {
@@ -422,12 +441,18 @@ func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port
 	})
 	defer end.Stop()
 	var wg sync.WaitGroup
-	for i, ns := range in.SenderNS {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res[i], errs[i] = in.tb.runClient(ctx, ns, "", bin, cfg)
-		}()
+	for j, job := range jobs {
+		c := job.Cfg
+		c.Addr = in.ReceiverAddr(job.Port)
+		c.Warmup, c.Duration = cfg.Warmup, cfg.Duration
+		for i, ns := range in.SenderNS {
+			k := j*len(in.SenderNS) + i
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[k], errs[k] = in.tb.runClient(ctx, ns, "", bin, c)
+			}()
+		}
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -455,10 +480,13 @@ func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port
 	default:
 	}
 	var p50s []float64
-	for _, s := range res {
+	for k, s := range res {
 		r.Goodput += s.Goodput
 		r.Retransmits += s.Retransmits
 		r.DeliveredCE += s.DeliveredCE
+		if jobs[k/len(in.SenderNS)].Cfg.RPCs == 0 {
+			continue
+		}
 		r.RPCCount += s.RPC.Count
 		r.RPCP99 = max(r.RPCP99, s.RPC.P99)
 		p50s = append(p50s, s.RPC.P50)
