@@ -50,10 +50,10 @@ static __always_inline int rx_fresh(const struct pkt *p, __u32 segs_out, struct 
 	return (__s32)(p->seq + p->payload - s->burst_end) <= 0;
 }
 
-/* rx_rpc_window is the window (bytes) an RPC socket keeps while its next
+/* rx_rpc_win_bytes is the window (bytes) an RPC socket keeps while its next
  * request may arrive or one is arriving: FRESH_BURST_BYTES; 0 for any other
  * socket. rcv_nxt and segs_out are the receiving socket's. */
-static __always_inline __u32 rx_rpc_window(const struct hbm_sock *s, __u32 rcv_nxt, __u32 segs_out)
+static __always_inline __u32 rx_rpc_win_bytes(const struct hbm_sock *s, __u32 rcv_nxt, __u32 segs_out)
 {
 	if (!s->burst || !s->rx_rpc || !s->fresh_room)
 		return 0;

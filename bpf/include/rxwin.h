@@ -39,7 +39,7 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 	struct hbm_sock *s;
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;
-	__u64 rtt, win, mss, cur, rpc;
+	__u64 rtt, win, mss, cur, rpc_bytes;
 	__u32 val;
 
 	switch (skops->op) {
@@ -79,9 +79,9 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 		win = RXWIN_MIN_MSS * mss;
 	/* Small transfers first: an RPC socket's window stays open for a
 	 * whole request (rxfresh.h). */
-	rpc = rx_rpc_window(s, tp->rcv_nxt, tp->data_segs_out);
-	if (win < rpc)
-		win = rpc;
+	rpc_bytes = rx_rpc_win_bytes(s, tp->rcv_nxt, tp->data_segs_out);
+	if (win < rpc_bytes)
+		win = rpc_bytes;
 	if (win > RXWIN_MAX)
 		win = RXWIN_MAX;
 	/* Skip the setsockopt unless the socket's clamp is off by more than

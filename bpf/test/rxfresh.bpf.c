@@ -17,7 +17,7 @@ struct rxfresh_case {
 	__u32 segs_out;    /* in: the receiver's data_segs_out */
 	__u32 rcv_nxt;     /* in: the receiver's rcv_nxt after the packet */
 	__u32 candidate;   /* out: rx_fresh */
-	__u32 window;      /* out: rx_rpc_window after the packet */
+	__u32 win_bytes;   /* out: rx_rpc_win_bytes after the packet */
 };
 
 SEC("syscall")
@@ -28,7 +28,7 @@ int rxfresh_run(struct rxfresh_case *c)
 	p.seq = c->seq;
 	p.payload = c->payload;
 	c->candidate = rx_fresh(&p, c->segs_out, &c->s);
-	c->window = rx_rpc_window(&c->s, c->rcv_nxt, c->segs_out);
+	c->win_bytes = rx_rpc_win_bytes(&c->s, c->rcv_nxt, c->segs_out);
 	return 0;
 }
 

@@ -112,7 +112,7 @@ type rxfreshRxfreshCase struct {
 	SegsOut   uint32
 	RcvNxt    uint32
 	Candidate uint32
-	Window    uint32
+	WinBytes  uint32
 }
 
 // Names of all BPF objects in the ELF.

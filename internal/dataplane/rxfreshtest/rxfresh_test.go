@@ -21,7 +21,7 @@ type step struct {
 	segsOut, rcvNxt uint32
 	freshRoom       bool // the last candidate found room in the RPC budget
 	wantCandidate   bool
-	wantWindow      uint32
+	wantWinBytes    uint32
 	wantRPC         bool // rx_rpc after the step
 }
 
@@ -49,8 +49,8 @@ func run(t *testing.T, steps []step) {
 		if got := c.Candidate != 0; got != s.wantCandidate {
 			t.Errorf("%s: candidate %v, want %v", s.name, got, s.wantCandidate)
 		}
-		if c.Window != s.wantWindow {
-			t.Errorf("%s: window %d, want %d", s.name, c.Window, s.wantWindow)
+		if c.WinBytes != s.wantWinBytes {
+			t.Errorf("%s: window %d bytes, want %d", s.name, c.WinBytes, s.wantWinBytes)
 		}
 		if got := c.S.RxRpc != 0; got != s.wantRPC {
 			t.Errorf("%s: rpc socket %v, want %v", s.name, got, s.wantRPC)
