@@ -33,9 +33,6 @@ import (
 //go:embed scenarios/*.yaml
 var builtinFS embed.FS
 
-// Limiters an eval knows.
-var Limiters = []string{"hbm", "htb", "tbf", "none"}
-
 // DefaultCCs are the congestion controls a scenario runs when it names none.
 var DefaultCCs = []string{"cubic", "cubic-ecn", "dctcp", "bbr"}
 

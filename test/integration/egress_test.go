@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -34,8 +34,8 @@ const (
 // /hbm-test-NAME, all removed at cleanup (after hbm unset), also on failure.
 type egLab struct {
 	t     *testing.T
-	tb    *testbed.Testbed
-	hbm   testbed.HBM
+	tb    *netlab.Pair
+	hbm   netlab.HBM
 	bin   string
 	group string
 }
@@ -58,10 +58,9 @@ func egSetup(t *testing.T, name string) *egLab {
 	if _, err := cgroup.Mount(); err != nil {
 		testutil.Missing(t, "cgroup2", err)
 	}
-	l := &egLab{t: t, hbm: testbed.HBM{Bin: bin}, bin: bin, group: "/hbm-test-" + name}
-	// The testbed comes first: it locks the name, so a concurrent run of the
-	// same test waits instead of tearing down this one's groups.
-	tb, err := testbed.New(name, testbed.Options{})
+	l := &egLab{t: t, hbm: netlab.HBM{Bin: bin}, bin: bin, group: "/hbm-test-" + name}
+	// The lab comes first: a failure to build it leaves no cgroup behind.
+	tb, err := netlab.NewPair()
 	if err != nil {
 		t.Fatalf("testbed: %v", err)
 	}
@@ -73,7 +72,7 @@ func egSetup(t *testing.T, name string) *egLab {
 	l.tb = tb
 	l.removeGroups() // leftovers of a crashed run
 	t.Cleanup(l.removeGroups)
-	if _, err := tb.StartServer(bin, testbed.ServerPort); err != nil {
+	if _, err := tb.StartServer(bin, netlab.ServerPort); err != nil {
 		t.Fatal(err)
 	}
 	return l
@@ -119,7 +118,7 @@ func (l *egLab) set(t *testing.T, group, rate string) {
 	if err := l.hbm.Set(group, rate); err != nil {
 		t.Fatalf("hbm set %s --egress %s: %v", group, rate, err)
 	}
-	want, _ := testbed.ParseRate(rate)
+	want, _ := netlab.ParseRate(rate)
 	c, err := l.hbm.Egress(group)
 	if err != nil {
 		t.Fatalf("hbm show --json: %v", err)
@@ -143,12 +142,12 @@ func (l *egLab) unset(t *testing.T, group string) {
 // (and the hbm counters of counted, if not empty).
 func (l *egLab) run(t *testing.T, dir, cc string, v6 bool, counted string) *workload.Result {
 	t.Helper()
-	var before *testbed.Counters
+	var before *netlab.Counters
 	if counted != "" {
 		before, _ = l.hbm.Egress(counted)
 	}
 	cfg := workload.Config{
-		Addr: l.tb.ReceiverAddr(testbed.ServerPort, v6), Streams: egStreams,
+		Addr: l.tb.ReceiverAddr(netlab.ServerPort, v6), Streams: egStreams,
 		Warmup: egWarmup, Duration: egDuration, CC: cc,
 	}
 	r, err := l.tb.RunClient(context.Background(), l.bin, dir, cfg)
@@ -187,7 +186,7 @@ func mbits(v []float64) string {
 // within checks goodput/limit in [lo, hi].
 func within(t *testing.T, r *workload.Result, rate string, lo, hi float64) {
 	t.Helper()
-	limit, err := testbed.ParseRate(rate)
+	limit, err := netlab.ParseRate(rate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +292,7 @@ func TestEgressLiveFlows(t *testing.T) {
 	l := egSetup(t, "eglive")
 	group, dir := l.cgroup(t, "w")
 	cfg := workload.Config{
-		Addr: l.tb.ReceiverAddr(testbed.ServerPort, false), Streams: egStreams, Duration: 60 * time.Second, CC: "cubic",
+		Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams, Duration: 60 * time.Second, CC: "cubic",
 	}
 	c, err := l.tb.StartScriptClient(l.bin, dir, cfg)
 	if err != nil {

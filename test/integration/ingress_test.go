@@ -1,6 +1,6 @@
 package integration
 
-// Ingress limits end to end: an incast testbed (internal/testbed/incast.go)
+// Ingress limits end to end: an incast lab (internal/netlab/incast.go)
 // of sender namespaces into one receiver through a bridge whose port to the
 // receiver is the bottleneck, with the receiver's server in a cgroup limited
 // with the hbm binary.
@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -25,19 +25,19 @@ import (
 const (
 	inWarmup   = 2 * time.Second
 	inDuration = 5 * time.Second
-	inPort     = testbed.ServerPort
+	inPort     = netlab.ServerPort
 )
 
 // inLab is an incast testbed with a workload server in the test's cgroup
 // /hbm-test-NAME/r, all removed at cleanup (after hbm unset), also on failure.
 type inLab struct {
-	in    *testbed.Incast
-	hbm   testbed.HBM
+	in    *netlab.Incast
+	hbm   netlab.HBM
 	bin   string
 	group string // the receiver's group, relative to the cgroup2 mount
 }
 
-func inSetup(t *testing.T, name string, opts testbed.IncastOptions) *inLab {
+func inSetup(t *testing.T, name string, opts netlab.IncastOptions) *inLab {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: integration test (root, namespaces, BPF, real traffic)")
@@ -55,10 +55,9 @@ func inSetup(t *testing.T, name string, opts testbed.IncastOptions) *inLab {
 	if _, err := cgroup.Mount(); err != nil {
 		testutil.Missing(t, "cgroup2", err)
 	}
-	l := &inLab{hbm: testbed.HBM{Bin: bin}, bin: bin, group: "/hbm-test-" + name + "/r"}
-	// The testbed first: it locks the name (and removes a crashed run's
-	// namespaces), so a concurrent run of the same test waits.
-	in, err := testbed.NewIncast(name, opts)
+	l := &inLab{hbm: netlab.HBM{Bin: bin}, bin: bin, group: "/hbm-test-" + name + "/r"}
+	// The lab first (it also removes a killed run's namespaces).
+	in, err := netlab.NewIncast(opts)
 	if err != nil {
 		t.Fatalf("incast testbed: %v", err)
 	}
@@ -114,7 +113,7 @@ func (l *inLab) ccSetup(t *testing.T, ccName string) string {
 		t.Fatal(err)
 	}
 	err := l.in.SetReceiverCC(rcc)
-	if err != nil && rcc == "dctcp" && strings.Contains(err.Error(), "Unknown tcp congestion") {
+	if err != nil && rcc == "dctcp" && !ccHas("dctcp") {
 		// HBM's dctcp is machine-wide: another test may have just removed
 		// it. Install it again (idempotent) and retry once.
 		exec.Command(l.bin, "cc", "install", "dctcp").Run()
@@ -133,14 +132,14 @@ func ccHas(name string) bool {
 
 // run runs the workload from every sender and logs what it measured, with
 // the ingress counters of the receiver's group when limited.
-func (l *inLab) run(t *testing.T, label string, cfg workload.Config) (*testbed.IncastResult, *testbed.Counters) {
+func (l *inLab) run(t *testing.T, label string, cfg workload.Config) (*netlab.IncastResult, *netlab.Counters) {
 	t.Helper()
 	before, _ := l.hbm.Ingress(l.group)
 	r, err := l.in.Run(context.Background(), l.bin, cfg, inPort)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d *testbed.Counters
+	var d *netlab.Counters
 	hbmLine := ""
 	if after, err := l.hbm.Ingress(l.group); err == nil && after != nil && before != nil {
 		x := after.Sub(*before)
@@ -164,7 +163,7 @@ func (l *inLab) run(t *testing.T, label string, cfg workload.Config) (*testbed.I
 // run without HBM, and goodput stays at least 0.8 of the bottleneck.
 func TestIngressIncast(t *testing.T) {
 	const bottleneck = 2_000_000_000
-	l := inSetup(t, "ingincast", testbed.IncastOptions{Senders: 4, Rate: bottleneck, Buffer: 128 << 10})
+	l := inSetup(t, "ingincast", netlab.IncastOptions{Senders: 4, Rate: bottleneck, Buffer: 128 << 10})
 	for _, ccName := range []string{"cubic+ecn", "dctcp"} {
 		t.Run(ccName, func(t *testing.T) {
 			cc := l.ccSetup(t, ccName)
@@ -206,7 +205,7 @@ func TestIngressIncast(t *testing.T) {
 // RTT (tens of microseconds) no receiver-side mechanism holds a TCP flow
 // below about two segments per RTT, about 1 Gbit/s per flow (docs/design.md).
 func TestIngressLimit(t *testing.T) {
-	l := inSetup(t, "inglim", testbed.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
+	l := inSetup(t, "inglim", netlab.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
 	const rate = "2gbit"
 	for _, ccName := range []string{"cubic+ecn", "dctcp"} {
 		t.Run(ccName, func(t *testing.T) {
@@ -220,7 +219,7 @@ func TestIngressLimit(t *testing.T) {
 			if c == nil {
 				t.Fatal("hbm show --json lists no ingress limit for the receiver's group")
 			}
-			limit, _ := testbed.ParseRate(rate)
+			limit, _ := netlab.ParseRate(rate)
 			if ratio := r.Goodput / float64(limit); ratio < 0.80 || ratio > 0.97 {
 				t.Errorf("goodput %.1f Mbit/s is %.3f of the %s limit, want [0.80, 0.97]", r.Goodput/1e6, ratio, rate)
 			} else {
@@ -242,7 +241,7 @@ func TestIngressCLI(t *testing.T) {
 	if _, err := cgroup.Mount(); err != nil {
 		testutil.Missing(t, "cgroup2", err)
 	}
-	h := testbed.HBM{Bin: bin}
+	h := netlab.HBM{Bin: bin}
 	const top, group = "/hbm-test-ingcli", "/hbm-test-ingcli/g"
 	h.Unset(group)
 	cgroup.Remove(top)
@@ -270,7 +269,7 @@ func TestIngressCLI(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("show --json: exit %d: %s", code, out)
 		}
-		var st []testbed.GroupStatus
+		var st []netlab.GroupStatus
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("show --json: %v: %s", err, out)
 		}

@@ -1,11 +1,15 @@
-package testbed
+package netlab
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/hbm-dev/hbm/internal/rate"
 )
 
 // HBM drives an hbm binary through its CLI (set, unset, show --json).
@@ -49,7 +53,14 @@ func (h HBM) run(args ...string) (string, error) {
 	if h.PinDir != "" {
 		args = append(args, "--pin-dir", h.PinDir)
 	}
-	return outputCtx(ctx, h.Bin, args...)
+	cmd := exec.CommandContext(ctx, h.Bin, args...)
+	var stdout, stderr Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", h.Bin, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
 }
 
 // Run runs hbm with args (bounded to 30s) and returns its standard output.
@@ -128,4 +139,10 @@ func (h HBM) Ingress(cgroup string) (*Counters, error) {
 		return nil, err
 	}
 	return g.Ingress, nil
+}
+
+// ParseRate parses a rate in tc units (internal/rate) into bits/s.
+func ParseRate(s string) (uint64, error) {
+	r, err := rate.Parse(s)
+	return uint64(r), err
 }
