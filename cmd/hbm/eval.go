@@ -59,7 +59,7 @@ Needs root.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.out, "out", "", "output directory (default ./hbm-eval-YYYYMMDD-HHMMSS)")
+	fl.StringVar(&f.out, "out", "", "output directory (default: a new ./hbm-eval-YYYYMMDD-HHMMSS-RANDOM)")
 	fl.BoolVar(&f.quick, "quick", false, "short runs (3s + 1s warm-up) of a reduced matrix (each scenario's quick: section)")
 	fl.StringSliceVar(&f.ccs, "cc", nil, "congestion controls to run instead of the scenarios' (cubic, cubic-ecn, dctcp, bbr, ...)")
 	fl.StringSliceVar(&f.limiters, "limiter", nil, "limiters to run instead of the scenarios' (hbm, htb, tbf, none)")
@@ -95,7 +95,11 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 			return usagef("--limiter: unknown limiter %q (%s)", l, strings.Join(eval.Limiters, ", "))
 		}
 	}
-	for _, c := range f.ccs {
+	for i, c := range f.ccs {
+		if cc := eval.CanonicalCC(c); cc != c {
+			fmt.Fprintf(cmd.ErrOrStderr(), "eval: --cc %s is spelt %s (ECN on in every host); running %s\n", c, cc, cc)
+			f.ccs[i], c = cc, cc
+		}
 		if !eval.ValidCC(c) {
 			return usagef("--cc: bad congestion control %q (e.g. cubic, cubic-ecn, dctcp, bbr)", c)
 		}
@@ -124,7 +128,9 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	}
 	out := f.out
 	if out == "" {
-		out = "hbm-eval-" + time.Now().Format("20060102-150405")
+		if out, err = eval.NewOutDir(".", "hbm-eval"); err != nil {
+			return err
+		}
 	}
 	captureDir := ""
 	if f.capture {

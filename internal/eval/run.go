@@ -850,7 +850,7 @@ func (r *runner) captureRun(t *topology, run *result.Run, cc, lim string) (stop 
 	}
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(fmt.Sprintf("%03d-%s-%s-%s.pcap", r.done+1, s.Name, cc, lim)) // r.done+1: the run's number, unique over variants and repetitions
 	run.Capture = &result.Capture{File: filepath.Join(filepath.Base(r.o.CaptureDir), name), Host: src, Interface: k.dev}
-	if err := os.MkdirAll(r.o.CaptureDir, 0o755); err != nil {
+	if err := mkdirNoFollow(r.o.CaptureDir); err != nil {
 		run.Capture.Error = err.Error()
 		return func() {}
 	}
@@ -1003,7 +1003,10 @@ func meta(o Options) result.Meta {
 	return m
 }
 
-// WriteFiles writes dir/results.json, dir/report.md and dir/report.html.
+// WriteFiles writes dir/results.json, dir/report.md and dir/report.html
+// (dir is created if missing). Each file is written through a temporary
+// one renamed over it: a symbolic link placed in dir is replaced, never
+// followed.
 func WriteFiles(dir string, res *result.Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -1012,29 +1015,17 @@ func WriteFiles(dir string, res *result.Results) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeFileNoFollow(dir, "results.json", func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	}); err != nil {
 		return err
 	}
 	perRun := captureCharts(dir)
-	for name, w := range map[string]func(io.Writer, *result.Results) error{
-		"report.md": report.WriteMarkdown,
-		"report.html": func(w io.Writer, r *result.Results) error {
-			return report.WriteHTMLPerRun(w, r, perRun)
-		},
-	} {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		werr := w(f, res)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return fmt.Errorf("%s: %w", name, werr)
-		}
+	if err := writeFileNoFollow(dir, "report.md", func(w io.Writer) error { return report.WriteMarkdown(w, res) }); err != nil {
+		return err
 	}
-	return nil
+	return writeFileNoFollow(dir, "report.html", func(w io.Writer) error { return report.WriteHTMLPerRun(w, res, perRun) })
 }
 
 // captureCharts draws the per-round-trip charts of a run's capture (hbm

@@ -256,3 +256,20 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }
+
+// "cubic+ecn" (the old benchmark scripts' spelling) is an alias of
+// "cubic-ecn", in a scenario's lists and its flows.
+func TestCCAlias(t *testing.T) {
+	src := strings.Replace(strings.Replace(goodScenario, "ccs: [cubic, bbr-ecn]", "ccs: [cubic+ecn, bbr]", 1),
+		"cc: reno}", "cc: reno+ecn}", 1)
+	s, err := Parse("alias.yaml", strings.NewReader(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CCs[0] != "cubic-ecn" || s.CCs[1] != "bbr" || s.Flows[1].CC != "reno-ecn" {
+		t.Errorf("ccs %v, flow cc %q: want cubic-ecn, bbr and reno-ecn", s.CCs, s.Flows[1].CC)
+	}
+	if CanonicalCC("dctcp") != "dctcp" || CanonicalCC("cubic-ecn") != "cubic-ecn" {
+		t.Error("CanonicalCC changed a canonical name")
+	}
+}
