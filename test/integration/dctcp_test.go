@@ -401,8 +401,12 @@ func TestDCTCPEgressLimit(t *testing.T) {
 				t.Errorf("%d retransmissions in %d packets, want at most 1 in 10,000", r.Retransmits, d.Packets)
 			}
 			// Marks are not required: HBM's pacing assist may hold the
-			// flows below the mark threshold on its own.
+			// flows below the mark threshold on its own. But HBM is the
+			// only thing that can set CE here: echoes need its marks.
 			t.Logf("hbm marked %d packets, senders saw %d CE echoes", d.Marked, r.DeliveredCE)
+			if r.DeliveredCE > 0 && d.Marked == 0 {
+				t.Errorf("senders saw %d CE echoes but HBM marked nothing: CE from nowhere", r.DeliveredCE)
+			}
 		})
 	}
 }
