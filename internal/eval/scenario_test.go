@@ -96,7 +96,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs incast-streams"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -137,6 +137,11 @@ func TestBuiltins(t *testing.T) {
 	tc := bs[8]
 	if tc.Flows[0].CC != "cubic" || tc.Flows[2].CC != "bbr" || tc.Cgroup("gcubic").EgressBps != 500e6 || tc.Cgroup("gbbr").EgressBps != 500e6 {
 		t.Errorf("two-ccs: %+v", tc.Flows)
+	}
+	is := bs[9]
+	if is.Flows[0].Kind != "stream" || is.Flows[0].Count != 2 || len(is.Flows[0].From) != 4 || is.Flows[1].SizeBytes != 10<<10 ||
+		is.Cgroup("server").IngressBps != 1.8e9 || !is.Cgroup("server").MarkOnly {
+		t.Errorf("incast-streams: %+v %+v", is.Flows, is.Cgroup("server"))
 	}
 }
 
@@ -252,7 +257,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 9 {
+	if err != nil || len(all) != 10 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }
