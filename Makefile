@@ -32,10 +32,12 @@ vmlinux:
 build: generate
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN) ./cmd/hbm
 
-## test: everything CI runs (unit, BPF decision and namespace integration tests).
+## test: everything CI runs (unit tests under the race detector, then every
+## test: unit, BPF decision and namespace integration tests).
 test: deps
 	$(MAKE) build
 	$(GO) vet ./...
+	$(GO) test -race -count=1 -short -timeout 20m ./...
 	HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 40m ./...
 
 ## test-unit: tests that need no privileges.
@@ -47,9 +49,14 @@ demo: deps
 	$(MAKE) build
 	./$(BIN) demo
 
-## bench: the foundation's egress benchmark (hbm vs htb vs tbf).
+## bench: the benchmarks, which are hbm eval scenarios: the full default suite
+## by default; SCENARIOS, RUNS (repetitions, medians reported) and OUT narrow it,
+## e.g. make bench SCENARIOS="many-flows-200m incast-streams" RUNS=3 OUT=/tmp/b
+SCENARIOS ?=
+RUNS      ?= 1
+OUT       ?=
 bench: build
-	./bench/egress.sh
+	./$(BIN) eval --runs $(RUNS) $(if $(OUT),--out $(OUT)) $(SCENARIOS)
 
 clean:
 	rm -rf bin
