@@ -66,11 +66,7 @@ func New(cfg Config) (*Lab, error) {
 		cfg.MTU = 1500
 	}
 	Sweep(nil)
-	tok, err := newToken()
-	if err != nil {
-		return nil, err
-	}
-	lock, err := tokenLock(tok)
+	tok, lock, err := newOwner()
 	if err != nil {
 		return nil, err
 	}

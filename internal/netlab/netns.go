@@ -17,31 +17,38 @@ import (
 )
 
 // InNetns runs fn on an OS thread inside the named network namespace ns and
-// returns its error. The thread goes back to its namespace afterwards; if it
-// cannot, it is left locked and dies with the goroutine, never reused in the
-// wrong namespace.
+// returns its error.
 func InNetns(ns string, fn func() error) error {
 	target, err := netns.GetFromName(ns)
 	if err != nil {
 		return fmt.Errorf("netlab: open netns %s: %w", ns, err)
 	}
 	defer target.Close()
+	return onThread(func() error {
+		if err := netns.Set(target); err != nil {
+			return fmt.Errorf("netlab: enter netns %s: %w", ns, err)
+		}
+		return fn()
+	})
+}
+
+// onThread runs fn on a locked OS thread that fn may move to another
+// network namespace; the thread goes back to its own afterwards. If it
+// cannot, it stays locked and dies with its goroutine, never reused in the
+// wrong namespace.
+func onThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := netns.Get()
 		if err != nil {
 			errc <- fmt.Errorf("netlab: current netns: %w", err)
-			return // the thread stays locked: it is discarded
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			errc <- fmt.Errorf("netlab: enter netns %s: %w", ns, err)
 			return
 		}
+		defer orig.Close()
 		ferr := fn()
 		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("netlab: leave netns %s: %w", ns, err))
+			errc <- errors.Join(ferr, fmt.Errorf("netlab: back to the thread's netns: %w", err))
 			return
 		}
 		runtime.UnlockOSThread()
@@ -65,36 +72,18 @@ func handle(ns string) (*netlink.Handle, error) {
 }
 
 // createNetns creates the named namespace ns (as `ip netns add` does:
-// bind-mounted at /run/netns/ns), on a locked thread that goes back to its
-// own namespace afterwards.
+// bind-mounted at /run/netns/ns).
 func createNetns(ns string) error {
 	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
 		return fmt.Errorf("netlab: %w", err)
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
+	return onThread(func() error {
+		h, err := netns.NewNamed(ns) // moves the thread into it
 		if err != nil {
-			errc <- fmt.Errorf("netlab: current netns: %w", err)
-			return
+			return fmt.Errorf("netlab: create netns %s: %w", ns, err)
 		}
-		defer orig.Close()
-		h, err := netns.NewNamed(ns)
-		if err != nil {
-			netns.Set(orig)
-			errc <- fmt.Errorf("netlab: create netns %s: %w", ns, err)
-			return
-		}
-		h.Close()
-		if err := netns.Set(orig); err != nil {
-			errc <- fmt.Errorf("netlab: leave netns %s: %w", ns, err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- nil
-	}()
-	return <-errc
+		return h.Close()
+	})
 }
 
 // deleteNetns kills the processes this PID namespace sees in ns, then

@@ -98,6 +98,20 @@ func (h *hold) release() {
 	}
 }
 
+// newOwner draws a token and holds its lock file: what an owner of lab
+// objects does first.
+func newOwner() (string, *hold, error) {
+	tok, err := newToken()
+	if err != nil {
+		return "", nil, err
+	}
+	lock, err := tokenLock(tok)
+	if err != nil {
+		return "", nil, err
+	}
+	return tok, lock, nil
+}
+
 // tokenLock creates and holds /run/hbm-netlab/<token>.lock.
 func tokenLock(token string) (*hold, error) {
 	if err := os.MkdirAll(lockDir, 0o755); err != nil {

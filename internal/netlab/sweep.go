@@ -87,11 +87,7 @@ type PinDir struct {
 
 // NewPinDir creates and holds a private pin directory.
 func NewPinDir() (*PinDir, error) {
-	tok, err := newToken()
-	if err != nil {
-		return nil, err
-	}
-	lock, err := tokenLock(tok)
+	tok, lock, err := newOwner()
 	if err != nil {
 		return nil, err
 	}
