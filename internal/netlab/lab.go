@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -61,6 +62,9 @@ func New(cfg Config) (*Lab, error) {
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return nil, fmt.Errorf("netlab: ip not found (install iproute2; commands run through ip netns exec): %w", err)
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
