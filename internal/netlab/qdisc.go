@@ -3,8 +3,6 @@ package netlab
 import (
 	"errors"
 	"fmt"
-	"net"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -233,7 +231,7 @@ func (l *Lab) RouteCC(host, cc string) error {
 				return fmt.Errorf("netlab: routes of %s in %s: %w", dev, h.NS, err)
 			}
 			for _, r := range routes {
-				if r.Dst == nil || r.Dst.IP.IsLinkLocalUnicast() || r.Dst.IP.IsMulticast() || isV6Multicast(r.Dst) {
+				if r.Dst == nil || r.Dst.IP.IsLinkLocalUnicast() || r.Dst.IP.IsMulticast() {
 					continue
 				}
 				if r.Congctl == cc {
@@ -248,5 +246,3 @@ func (l *Lab) RouteCC(host, cc string) error {
 	}
 	return nil
 }
-
-func isV6Multicast(n *net.IPNet) bool { return strings.HasPrefix(n.String(), "ff00::") }
