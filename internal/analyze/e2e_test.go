@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/hbm-dev/hbm/internal/analyze/schema"
-	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -136,15 +136,7 @@ func TestCaptureEndToEnd(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireCommand(t, "ip")
 	testutil.RequireCommand(t, "tc")
-	tb, err := netlab.NewPair()
-	if err != nil {
-		testutil.Missing(t, "network namespaces", err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Close(); err != nil {
-			t.Errorf("testbed close: %v", err)
-		}
-	})
+	tb := labtest.Pair(t)
 	// tbf with a queue long enough that it never drops (TSQ lets a socket
 	// queue up to tcp_limit_output_bytes, and a packet lost before the
 	// capture point would take a mark with it), and a bucket larger than a

@@ -34,6 +34,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -186,15 +187,7 @@ func newDmnLab(t *testing.T) *dmnLab {
 	bin := testutil.HBMBinary(t)
 	l := &dmnLab{t: t, bin: bin, pinDir: "/sys/fs/bpf/hbm-test-" + dmnName, top: "/hbm-test-" + dmnName + ".slice", mnt: mnt}
 	l.hbm = netlab.HBM{Bin: bin, PinDir: l.pinDir}
-	tb, err := netlab.NewPair()
-	if err != nil {
-		t.Fatalf("testbed: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Close(); err != nil {
-			t.Errorf("testbed close: %v", err)
-		}
-	})
+	tb := labtest.Pair(t)
 	l.tb = tb
 	l.reset()
 	t.Cleanup(l.reset) // runs before the testbed's close: processes first

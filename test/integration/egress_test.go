@@ -15,6 +15,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -60,15 +61,7 @@ func egSetup(t *testing.T, name string) *egLab {
 	}
 	l := &egLab{t: t, hbm: netlab.HBM{Bin: bin}, bin: bin, group: "/hbm-test-" + name}
 	// The lab comes first: a failure to build it leaves no cgroup behind.
-	tb, err := netlab.NewPair()
-	if err != nil {
-		t.Fatalf("testbed: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Close(); err != nil {
-			t.Errorf("testbed close: %v", err)
-		}
-	})
+	tb := labtest.Pair(t)
 	l.tb = tb
 	l.removeGroups() // leftovers of a crashed run
 	t.Cleanup(l.removeGroups)

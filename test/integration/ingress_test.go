@@ -18,6 +18,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -57,15 +58,7 @@ func inSetup(t *testing.T, name string, opts netlab.IncastOptions) *inLab {
 	}
 	l := &inLab{hbm: netlab.HBM{Bin: bin}, bin: bin, group: "/hbm-test-" + name + "/r"}
 	// The lab first (it also removes a killed run's namespaces).
-	in, err := netlab.NewIncast(opts)
-	if err != nil {
-		t.Fatalf("incast testbed: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := in.Close(); err != nil {
-			t.Errorf("testbed close: %v", err)
-		}
-	})
+	in := labtest.Incast(t, opts)
 	l.in = in
 	top := "/hbm-test-" + name
 	removeGroup := func() {
