@@ -51,7 +51,7 @@ type Options struct {
 	// (result.Aggregate).
 	Runs int
 	// PinDir is the bpffs directory of the eval's HBM state; "" means a
-	// private one (netlab.NewPinDir: /sys/fs/bpf/hbm-lab-TOKEN), removed at
+	// private one (netlab.NewPinDir: /sys/fs/bpf/hbm-lab-TOKEN/pins), removed at
 	// the end, or by the next eval if this one is killed. A user's limits
 	// are never touched.
 	PinDir string

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/rate"
@@ -54,6 +55,7 @@ func (h HBM) run(args ...string) (string, error) {
 		args = append(args, "--pin-dir", h.PinDir)
 	}
 	cmd := exec.CommandContext(ctx, h.Bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives its caller
 	var stdout, stderr Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second

@@ -75,14 +75,17 @@ func sweepLocks() {
 	}
 }
 
-// PinDir is a private bpffs directory for HBM's state (hbm --pin-dir),
-// /sys/fs/bpf/hbm-lab-TOKEN, held like a lab's objects: SweepPinDirs
-// removes it only once its owner is gone. Markers (empty subdirectories)
-// record what the owner changed outside it, for the sweep to undo.
+// PinDir is a private bpffs directory for HBM's state (hbm --pin-dir):
+// Path is /sys/fs/bpf/hbm-lab-TOKEN/pins. The directory above it is held
+// like a lab's objects (hbm flocks Path itself for its own use), so
+// SweepPinDirs removes it only once its owner is gone. Markers (empty
+// directories beside Path) record what the owner changed outside it, for
+// the sweep to undo.
 type PinDir struct {
 	Path string
+	root string
 	lock *hold // the token lock
-	dir  *hold
+	dir  *hold // root
 }
 
 // NewPinDir creates and holds a private pin directory.
@@ -91,35 +94,41 @@ func NewPinDir() (*PinDir, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(bpffsDir, GroupPrefix+tok)
-	if err := os.Mkdir(path, 0o700); err != nil {
+	root := filepath.Join(bpffsDir, GroupPrefix+tok)
+	fail := func(err error) (*PinDir, error) {
+		os.RemoveAll(root)
 		os.Remove(lock.path)
 		lock.release()
 		return nil, fmt.Errorf("netlab: pin directory: %w", err)
 	}
-	dir, err := holdPath(path)
-	if err != nil {
-		os.Remove(path)
-		os.Remove(lock.path)
-		lock.release()
-		return nil, fmt.Errorf("netlab: lock %s: %w", path, err)
+	if err := os.Mkdir(root, 0o700); err != nil {
+		return fail(err)
 	}
-	return &PinDir{Path: path, lock: lock, dir: dir}, nil
+	dir, err := holdPath(root)
+	if err != nil {
+		return fail(err)
+	}
+	p := &PinDir{Path: filepath.Join(root, "pins"), root: root, lock: lock, dir: dir}
+	if err := os.Mkdir(p.Path, 0o700); err != nil {
+		dir.release()
+		return fail(err)
+	}
+	return p, nil
 }
 
-// Mark records marker (for example "installed-dctcp") in the directory.
+// Mark records marker (for example "installed-dctcp").
 func (p *PinDir) Mark(marker string) error {
-	return os.Mkdir(filepath.Join(p.Path, "marker-"+marker), 0o700)
+	return os.Mkdir(filepath.Join(p.root, "marker-"+marker), 0o700)
 }
 
 // Unmark removes marker.
 func (p *PinDir) Unmark(marker string) error {
-	return os.Remove(filepath.Join(p.Path, "marker-"+marker))
+	return os.Remove(filepath.Join(p.root, "marker-"+marker))
 }
 
 // Close removes the directory and everything pinned in it, and releases it.
 func (p *PinDir) Close() error {
-	err := os.RemoveAll(p.Path)
+	err := os.RemoveAll(p.root)
 	os.Remove(p.lock.path)
 	p.dir.release()
 	p.lock.release()
