@@ -44,8 +44,10 @@ DIR/report.html. Prints progress while it runs and a summary table at the end.
 SCENARIO is a built-in scenario's name (see --list) or a YAML file's path
 (format: docs/eval.md); none means every built-in. HBM's state for the eval
 is kept in a private pin directory: limits set on this machine are not
-touched. Everything created is removed at the end, on failure and on Ctrl-C.
-Needs root.`,
+touched. Everything created is removed at the end, on failure and on Ctrl-C;
+what a killed eval left (and HBM's BPF dctcp, if it installed it) is removed
+by the next one. Without --out, DIR is a new ./hbm-eval-DATE-TIME-RANDOM.
+The benchmarks are these scenarios (make bench). Needs root.`,
 		Example: `  hbm eval --list
   hbm eval egress-200m --quick
   hbm eval egress-1g incast --cc cubic,dctcp --limiter hbm,none --out /tmp/ev
