@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hbm-dev/hbm/internal/cc"
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/testutil"
@@ -35,6 +36,11 @@ func TestKilledEvalLeftovers(t *testing.T) {
 	}
 	before := netlab.Objects()
 	hadDCTCP := dctcpAvailable()
+	t.Cleanup(func() { // whatever happened, the next tests get the machine as it was
+		if !hadDCTCP && dctcpAvailable() {
+			cc.Remove("dctcp", false)
+		}
+	})
 	cmd := exec.Command(bin, "eval", "egress-200m", "--quick", "--cc", "dctcp", "--limiter", "hbm", "--duration", "60s", "--out", t.TempDir())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
