@@ -380,8 +380,9 @@ func TestLeftovers(t *testing.T) {
 			t.Errorf("%s of a killed owner left after the sweep", o)
 		}
 	}
-	if !slices.Equal(undone, []string{"test"}) {
-		t.Errorf("markers undone: %v, want [test]", undone)
+	// Other dead owners' markers may be undone too (a killed run's).
+	if !slices.Contains(undone, "test") {
+		t.Errorf("markers undone: %v, want the killed helper's \"test\"", undone)
 	}
 	for _, o := range liveObjs[:2] {
 		if !exists(o) {
