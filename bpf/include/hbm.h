@@ -98,6 +98,11 @@ struct hbm_queue {
 	                    * spent (share.h): RPCs together at 7/8 of the rate */
 	__u64 fresh_vt_ns; /* the group's RPC budget (policy.h, fresh_budget):
 	                    * ahead of now while fresh bursts take more */
+	__u64 share_mul;   /* share_Bps over the fair share, 16-bit fixed point
+	                    * (share.h; 0: not yet computed) */
+	__u32 pkt_max_now; /* largest TCP packet (wire bytes, all segments) in the
+	                    * current flow-count window ... */
+	__u32 pkt_max;     /* ... and in the last one: a flow's burst (share.h) */
 };
 
 struct hbm_stats {

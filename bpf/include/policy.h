@@ -200,7 +200,10 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 		if (cfg->flags & HBM_F_PACE) {
 			if (v->candidate)
 				q->ctl_fresh += v->p.wire_bytes;
-			share_count(q, cfg, s, lvl, v->now);
+			/* Bulk packets only: an RPC's fresh burst leaves as one
+			 * 64 KB packet whatever its flow's share (pacing.h). */
+			share_count(q, cfg, s, lvl, s && !v->candidate ? (__u32)v->p.wire_bytes : 0,
+				    v->now);
 			share_update(q, cfg, &v->p, backlog, v->now);
 			share = q->share_Bps;
 		}

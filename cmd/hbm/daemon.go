@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"os/signal"
 	"syscall"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/daemon"
+	"github.com/hbm-dev/hbm/internal/k8s"
 	"github.com/hbm-dev/hbm/internal/metrics"
 )
 
@@ -25,9 +28,11 @@ func newDaemonCmd() *cobra.Command {
 		config, addr string
 		resync       time.Duration
 		check        bool
+		kube         bool
+		kcfg         k8s.Config
 	)
 	cmd := &cobra.Command{
-		Use:   "daemon --config FILE [--metrics ADDR]",
+		Use:   "daemon [--config FILE] [--kubernetes] [--metrics ADDR]",
 		Short: "Keep the limits a configuration file declares in force, and export metrics",
 		Long: `Run as an agent: apply the limits FILE declares, remove the ones it applied
 that are no longer declared (never a limit set by hand with hbm set), follow
@@ -57,16 +62,35 @@ FILE (YAML):
 Each entry has one of cgroup, unit, glob; egress and/or ingress; and the
 options of hbm set: loopback, no_drop, no_pace (true/false), burst, pace,
 mark, drop_large, drop_small (durations), min_inflight. When two entries
-name the same group and direction, the first wins.`,
+name the same group and direction, the first wins.
+
+With --kubernetes the daemon also follows the pods of its node (NODE_NAME,
+or --node-name) and keeps each pod's kubernetes.io/egress-bandwidth and
+kubernetes.io/ingress-bandwidth annotations in force on the pod's cgroup,
+parsed as kubelet parses them (e.g. "10M", "1G": bits per second, 1k to
+1P), with the options of hbm set per direction as hbm.io/<dir>-<option>
+annotations (hbm.io/ingress-no-drop: "true", hbm.io/egress-mark: "2ms").
+kubelet's cgroup driver (systemd or cgroupfs) is read from the cgroup tree.
+An invalid annotation is a Warning Event on the pod (reason InvalidBandwidth)
+and the pod keeps the limits it had. --config is then optional; when both
+declare a limit on the same group and direction, the file wins.`,
 		Example: `  hbm daemon --config /etc/hbm/hbm.yaml
   hbm daemon --config hbm.yaml --metrics 127.0.0.1:9640
-  hbm daemon --config hbm.yaml --check     # validate the file and exit`,
+  hbm daemon --config hbm.yaml --check     # validate the file and exit
+  hbm daemon --kubernetes                  # in a DaemonSet (deploy/kubernetes)
+  hbm daemon --kubernetes --kubeconfig ~/.kube/config --node-name node-1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if config == "" {
-				return usagef("daemon: --config FILE is required")
+			if config == "" && !kube {
+				return usagef("daemon: give --config FILE, --kubernetes, or both")
+			}
+			if !kube && (cmd.Flags().Changed("kubeconfig") || cmd.Flags().Changed("node-name") || cmd.Flags().Changed("kube-cgroup-root")) {
+				return usagef("daemon: --kubeconfig, --node-name and --kube-cgroup-root go with --kubernetes")
 			}
 			if check {
+				if config == "" {
+					return usagef("daemon: --check validates --config FILE")
+				}
 				cfg, err := daemon.Load(config)
 				if err != nil {
 					return err
@@ -82,10 +106,22 @@ name the same group and direction, the first wins.`,
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			return daemon.Run(ctx, daemon.Options{
+			opts := daemon.Options{
 				ConfigPath: config, PinDir: pinDir, MetricsAddr: addr, Version: version,
 				Resync: resync, Reload: hup,
-			})
+			}
+			if kube {
+				mnt, err := cgroup.Mount()
+				if err != nil {
+					return err
+				}
+				src, err := k8s.New(kcfg, mnt, log.New(os.Stderr, "", 0))
+				if err != nil {
+					return err
+				}
+				opts.Pods = src
+			}
+			return daemon.Run(ctx, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -93,5 +129,9 @@ name the same group and direction, the first wins.`,
 	f.StringVar(&addr, "metrics", metrics.DefaultAddr, "serve Prometheus metrics on `ADDR` (host:port; \"\" for none)")
 	f.DurationVar(&resync, "resync", 5*time.Minute, "full pass at least this often (a backstop: groups are followed by notifications)")
 	f.BoolVar(&check, "check", false, "validate the file and exit")
+	f.BoolVar(&kube, "kubernetes", false, "also enforce the bandwidth annotations of this node's Kubernetes pods")
+	f.StringVar(&kcfg.Kubeconfig, "kubeconfig", "", "with --kubernetes: reach the API server with this kubeconfig `FILE` (default: the in-cluster service account)")
+	f.StringVar(&kcfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "with --kubernetes: this node's `NAME` (default $NODE_NAME)")
+	f.StringVar(&kcfg.CgroupRoot, "kube-cgroup-root", "/", "with --kubernetes: kubelet's --cgroup-root, relative to the cgroup2 mount")
 	return cmd
 }

@@ -6,9 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/execcg"
-	"github.com/hbm-dev/hbm/internal/rate"
 )
 
 // hbm exec: flags and exit status; the logic is internal/execcg.
@@ -18,13 +16,7 @@ func init() {
 }
 
 func newExecCmd() *cobra.Command {
-	var (
-		egress, ingress rate.Rate
-		th              rate.Thresholds
-		loopback        bool
-		noDrop          bool
-		noPace          bool
-	)
+	var lf limitFlags
 	cmd := &cobra.Command{
 		Use:   "exec [--egress RATE] [--ingress RATE] -- CMD [ARGS...]",
 		Short: "Run a command in a fresh cgroup with its own limits",
@@ -45,21 +37,7 @@ not found). The options are hbm set's.`,
 			if cmd.ArgsLenAtDash() != 0 {
 				return usagef("exec: put the command after --: hbm exec [flags] -- CMD [ARGS...]")
 			}
-			mk := func(flag string, r rate.Rate) (*dataplane.Limit, error) {
-				if !cmd.Flags().Changed(flag) {
-					return nil, nil
-				}
-				t := th.Fit(r)
-				if err := t.Validate(); err != nil {
-					return nil, usageError{fmt.Errorf("--%s %v: %w", flag, r, err)}
-				}
-				return &dataplane.Limit{Rate: r, Thresholds: t, Loopback: loopback, NoDrop: noDrop, NoPace: noPace}, nil
-			}
-			eg, err := mk("egress", egress)
-			if err != nil {
-				return err
-			}
-			in, err := mk("ingress", ingress)
+			eg, in, err := lf.limits(cmd)
 			if err != nil {
 				return err
 			}
@@ -82,16 +60,6 @@ not found). The options are hbm set's.`,
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.Var(&egress, "egress", "egress `RATE` (e.g. 200mbit, 1gbit)")
-	f.Var(&ingress, "ingress", "ingress `RATE` (e.g. 500mbit, 9gbit)")
-	f.BoolVar(&loopback, "loopback", false, "police loopback traffic too (exempt by default)")
-	f.BoolVar(&noDrop, "no-drop", false, "mark only, never drop")
-	f.BoolVar(&noPace, "no-pace", false, "no assist: police with marks and drops only")
-	f.DurationVar(&th.Burst, "burst", rate.DefaultBurst, "credit an idle group keeps, in time at RATE")
-	f.DurationVar(&th.Pace, "pace", rate.DefaultPace, "virtual queue the pacing assist steers each group to")
-	f.DurationVar(&th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked")
-	f.DurationVar(&th.DropLarge, "drop-large", rate.DefaultDropLarge, "virtual queue above which large packets are dropped")
-	f.DurationVar(&th.DropSmall, "drop-small", rate.DefaultDropSmall, "virtual queue above which all packets are dropped")
+	lf.register(cmd)
 	return cmd
 }

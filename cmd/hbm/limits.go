@@ -12,7 +12,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/dataplane"
-	"github.com/hbm-dev/hbm/internal/rate"
+	"github.com/hbm-dev/hbm/internal/jsonout"
 )
 
 // The limit commands: set, unset, show, prune.
@@ -53,14 +53,7 @@ func resolveGroup(arg string) (cgroup.Group, error) {
 }
 
 func newSetCmd() *cobra.Command {
-	var (
-		egress, ingress rate.Rate
-		th              rate.Thresholds
-		loopback        bool
-		noDrop          bool
-		minInfl         uint32
-		noPace          bool
-	)
+	var lf limitFlags
 	cmd := &cobra.Command{
 		Use:   "set CGROUP [--egress RATE] [--ingress RATE]",
 		Short: "Limit a cgroup's egress and/or ingress bandwidth (again: change it live)",
@@ -92,27 +85,18 @@ low rates.`,
   hbm set / --egress 9gbit --mark 500us`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			type want struct {
-				d dataplane.Direction
-				l dataplane.Limit
+			eg, in, err := lf.limits(cmd)
+			if err != nil {
+				return err
 			}
-			var wants []want
-			for _, w := range []struct {
-				flag string
-				d    dataplane.Direction
-				r    rate.Rate
-			}{{"egress", dataplane.Egress, egress}, {"ingress", dataplane.Ingress, ingress}} {
-				if !cmd.Flags().Changed(w.flag) {
-					continue
-				}
-				t := th.Fit(w.r)
-				if err := t.Validate(); err != nil {
-					return usageError{fmt.Errorf("--%s %v: %w", w.flag, w.r, err)}
-				}
-				wants = append(wants, want{w.d, dataplane.Limit{Rate: w.r, Thresholds: t, Loopback: loopback,
-					NoDrop: noDrop, MinInflight: minInfl, NoPace: noPace}})
+			var changes []dataplane.Change
+			if eg != nil {
+				changes = append(changes, dataplane.Change{Dir: dataplane.Egress, Limit: eg})
 			}
-			if len(wants) == 0 {
+			if in != nil {
+				changes = append(changes, dataplane.Change{Dir: dataplane.Ingress, Limit: in})
+			}
+			if len(changes) == 0 {
 				return usagef("set: give a rate with --egress RATE and/or --ingress RATE")
 			}
 			g, err := resolveGroup(args[0])
@@ -121,10 +105,6 @@ low rates.`,
 			}
 			if err := dataplane.CheckGroup(g); err != nil {
 				return usageError{err}
-			}
-			changes := make([]dataplane.Change, len(wants))
-			for i, w := range wants {
-				changes[i] = dataplane.Change{Dir: w.d, Limit: &w.l}
 			}
 			if err := requireRoot(); err != nil {
 				return err
@@ -139,29 +119,17 @@ low rates.`,
 			if err != nil {
 				return err
 			}
-			for _, w := range wants {
+			for _, c := range changes {
 				mode := ""
-				if w.l.NoDrop {
+				if c.Limit.NoDrop {
 					mode = " (mark only)"
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limited to %v%s\n", g.Rel, w.d, w.l.Rate, mode)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limited to %v%s\n", g.Rel, c.Dir, c.Limit.Rate, mode)
 			}
 			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.Var(&egress, "egress", "egress `RATE` (e.g. 200mbit, 1gbit)")
-	f.Var(&ingress, "ingress", "ingress `RATE` (e.g. 500mbit, 9gbit)")
-	f.BoolVar(&loopback, "loopback", false, "police loopback traffic too (exempt by default)")
-	f.BoolVar(&noDrop, "no-drop", false, "mark only, never drop (ingress: incast protection)")
-	f.BoolVar(&noPace, "no-pace", false, "no pacing assist (egress): police with marks and drops only")
-	f.DurationVar(&th.Burst, "burst", rate.DefaultBurst, "credit an idle group keeps, in time at RATE")
-	f.DurationVar(&th.Pace, "pace", rate.DefaultPace, "virtual queue the pacing assist steers each group to")
-	f.DurationVar(&th.Mark, "mark", rate.DefaultMark, "virtual queue above which packets are marked (CE; egress: cwr for non-ECN TCP)")
-	f.DurationVar(&th.DropLarge, "drop-large", rate.DefaultDropLarge, "virtual queue above which large packets are dropped")
-	f.DurationVar(&th.DropSmall, "drop-small", rate.DefaultDropSmall, "virtual queue above which all packets are dropped")
-	f.Uint32Var(&minInfl, "min-inflight", 0, "never drop egress TCP flows with fewer packets out (experiments)")
-	f.MarkHidden("min-inflight")
+	lf.register(cmd)
 	return cmd
 }
 
@@ -236,35 +204,22 @@ no limit named is set.`,
 	return cmd
 }
 
-// dirJSON is one direction of a limit in `hbm show --json`.
-type dirJSON struct {
-	RateBps  uint64 `json:"rate_bps"`
-	NoDrop   bool   `json:"no_drop,omitempty"`
-	Enforced bool   `json:"enforced"` // false: set but not applied (see hbm show)
-	dataplane.Stats
-}
-
-// limitJSON is one group in `hbm show --json`.
-type limitJSON struct {
-	Cgroup   string   `json:"cgroup"`
-	CgroupID uint64   `json:"cgroup_id"`
-	Removed  bool     `json:"removed,omitempty"`    // the group is gone: hbm prune removes the limit
-	Unknown  bool     `json:"unresolved,omitempty"` // hbm could not find the group's path
-	Egress   *dirJSON `json:"egress"`
-	Ingress  *dirJSON `json:"ingress"`
-}
-
-func groupEntries(es []dataplane.Entry) []limitJSON {
-	out := []limitJSON{} // "[]", not "null", when nothing is limited
+// groupEntries turns the manager's entries (one per group and direction)
+// into hbm show --json's groups.
+func groupEntries(es []dataplane.Entry) []jsonout.Group {
+	out := []jsonout.Group{} // "[]", not "null", when nothing is limited
 	idx := map[uint64]int{}
 	for _, e := range es {
 		i, ok := idx[e.CgroupID]
 		if !ok {
 			i = len(out)
 			idx[e.CgroupID] = i
-			out = append(out, limitJSON{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Gone, Unknown: e.Cgroup == "" && !e.Gone})
+			out = append(out, jsonout.Group{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Gone,
+				Unresolved: e.Cgroup == "" && !e.Gone})
 		}
-		d := &dirJSON{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced, Stats: e.Stats}
+		d := &jsonout.Direction{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced,
+			Bytes: e.Stats.Bytes, Packets: e.Stats.Packets, Marked: e.Stats.Marked, CWR: e.Stats.CWR,
+			Dropped: e.Stats.Dropped, DroppedBytes: e.Stats.DroppedBytes}
 		if e.Dir == dataplane.Ingress {
 			out[i].Ingress = d
 		} else {

@@ -18,7 +18,7 @@ import (
 
 // Options configure the daemon.
 type Options struct {
-	ConfigPath  string
+	ConfigPath  string // "": no file (the limits come from Pods only)
 	PinDir      string
 	MetricsAddr string // "" serves no metrics
 	Version     string
@@ -29,6 +29,9 @@ type Options struct {
 	Log    *log.Logger
 	// Reload delivers reload requests (SIGHUP).
 	Reload <-chan os.Signal
+	// Pods, if set, declares the limits of this node's Kubernetes pods
+	// beside the file's (hbm daemon --kubernetes).
+	Pods PodSource
 }
 
 // Daemon keeps the declared limits in force.
@@ -40,8 +43,8 @@ type Daemon struct {
 	health  *metrics.Health
 	log     *log.Logger
 
-	mu    sync.Mutex
-	units map[uint64]string // group id -> unit, for the metrics' unit label
+	mu     sync.Mutex
+	labels map[uint64]metrics.GroupLabels // group id -> unit, namespace, pod, for the metrics
 }
 
 // debounce lets a burst of cgroup events (a unit restarting) make one pass.
@@ -59,16 +62,20 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Resync == 0 {
 		opts.Resync = 5 * time.Minute
 	}
-	d := &Daemon{opts: opts, log: opts.Log, units: map[uint64]string{}}
-	cfg, err := Load(opts.ConfigPath)
-	if err != nil {
-		return err
+	d := &Daemon{opts: opts, log: opts.Log, labels: map[uint64]metrics.GroupLabels{}}
+	d.cfg = &Config{}
+	if opts.ConfigPath != "" {
+		cfg, err := Load(opts.ConfigPath)
+		if err != nil {
+			return err
+		}
+		d.cfg = cfg
 	}
-	d.cfg = cfg
+	var err error
 	if d.mnt, err = cgroup.Mount(); err != nil {
 		return err
 	}
-	groups := metrics.NewGroupCollector(d.list, d.unitMap)
+	groups := metrics.NewGroupCollector(d.list, d.labelMap)
 	reg, health := metrics.NewRegistry(opts.Version, groups)
 	d.health = health
 	health.ConfigReloadOK.Set(1)
@@ -88,6 +95,17 @@ func Run(ctx context.Context, opts Options) error {
 		go srv.Serve(ln)
 		defer srv.Close()
 		d.log.Printf("serving metrics on http://%s/metrics", ln.Addr())
+	}
+
+	var podsChanged <-chan struct{}
+	if opts.Pods != nil {
+		start := time.Now()
+		if err := opts.Pods.Start(ctx); err != nil {
+			return err
+		}
+		podsChanged = opts.Pods.Changed()
+		pods, _ := opts.Pods.Pods()
+		d.log.Printf("kubernetes: %d pods on this node, listed in %v", len(pods), time.Since(start).Round(time.Millisecond))
 	}
 
 	start := time.Now()
@@ -118,6 +136,9 @@ func Run(ctx context.Context, opts Options) error {
 		case <-d.watcher.Cgroups:
 			time.Sleep(debounce)
 			why = "cgroups changed"
+		case <-podsChanged:
+			time.Sleep(debounce)
+			why = "pods changed"
 		case <-d.watcher.Config:
 			time.Sleep(debounce)
 			select { // a write may raise several events
@@ -148,6 +169,10 @@ func Run(ctx context.Context, opts Options) error {
 // reload reads the file again; an invalid one is refused and the running
 // configuration kept.
 func (d *Daemon) reload(why string) bool {
+	if d.opts.ConfigPath == "" {
+		d.log.Printf("reload (%s): no configuration file, a full pass", why)
+		return true
+	}
 	cfg, err := Load(d.opts.ConfigPath)
 	if err != nil {
 		d.health.ConfigReloadOK.Set(0)
@@ -168,6 +193,10 @@ func (d *Daemon) resolve() Resolution {
 	var res Resolution
 	for i := 0; i < 8; i++ {
 		res = Resolve(d.mnt, d.cfg)
+		if d.opts.Pods != nil {
+			pods, watch := d.opts.Pods.Pods()
+			ResolvePods(d.mnt, pods, watch, &res)
+		}
 		added, err := d.watcher.Set(res.Watch)
 		if err != nil {
 			d.log.Printf("warning: %v", err)
@@ -255,14 +284,14 @@ func (d *Daemon) apply(res Resolution) (passStats, error) {
 	for _, w := range m.Warnings {
 		d.log.Printf("warning: %s", w)
 	}
-	units := map[uint64]string{}
+	labels := map[uint64]metrics.GroupLabels{}
 	for k, t := range res.Targets {
-		if t.Unit != "" {
-			units[k.ID] = t.Unit
+		if t.Unit != "" || t.Pod != "" {
+			labels[k.ID] = metrics.GroupLabels{Unit: t.Unit, Namespace: t.Namespace, Pod: t.Pod}
 		}
 	}
 	d.mu.Lock()
-	d.units = units
+	d.labels = labels
 	d.mu.Unlock()
 	if now, err := own.All(); err == nil {
 		d.health.OwnedLimits.Set(float64(len(now)))
@@ -301,8 +330,8 @@ func (d *Daemon) list() ([]dataplane.Entry, error) {
 	return m.List()
 }
 
-func (d *Daemon) unitMap() map[uint64]string {
+func (d *Daemon) labelMap() map[uint64]metrics.GroupLabels {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.units
+	return d.labels
 }

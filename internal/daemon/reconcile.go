@@ -60,7 +60,9 @@ type Plan struct {
 //   - declared, held by a limit the daemon does not own (hbm set by hand):
 //     leave it, report a conflict;
 //   - owned, not declared (or its group removed): remove it;
-//   - owned, absent: forget the record.
+//   - owned, absent: forget the record;
+//   - declared Keep (a pod whose annotations are invalid): leave what is
+//     there, owned or not, and create nothing.
 //
 // Limits the daemon does not own are never changed. Ops are sorted by group
 // path, creations and changes before removals: a limit moving between
@@ -76,9 +78,14 @@ func Reconcile(mnt string, desired map[Key]Target, actual []Observed, owned map[
 	for k, t := range desired {
 		o, exists := have[k]
 		switch {
+		case t.Keep:
+			if exists && owned[k] {
+				p.Kept++
+			}
+			continue
 		case exists && !owned[k]:
-			p.Conflicts = append(p.Conflicts, fmt.Sprintf("%s %v: declared (line %d) but limited by hand (hbm set) to %v; left as it is",
-				t.Group.Rel, k.Dir, t.Line, o.Limit.Rate))
+			p.Conflicts = append(p.Conflicts, fmt.Sprintf("%s %v: declared (%s) but limited by hand (hbm set) to %v; left as it is",
+				t.Group.Rel, k.Dir, t.Origin(), o.Limit.Rate))
 			continue
 		case exists && o.Limit == t.Limit:
 			p.Kept++

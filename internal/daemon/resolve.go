@@ -26,7 +26,20 @@ type Target struct {
 	Dir   dataplane.Direction
 	Limit dataplane.Limit
 	Unit  string // the unit the group was resolved from, if any
-	Line  int    // the rule's line in the file
+	Line  int    // the rule's line in the file (0: declared by a pod)
+	// Namespace and Pod name the Kubernetes pod that declared the limit.
+	Namespace, Pod string
+	// Keep: leave the limit the daemon applied as it is, make none (the
+	// pod's annotations are invalid; Limit is unset).
+	Keep bool
+}
+
+// Origin says who declared the target, for logs.
+func (t Target) Origin() string {
+	if t.Pod != "" {
+		return fmt.Sprintf("pod %s/%s", t.Namespace, t.Pod)
+	}
+	return fmt.Sprintf("line %d", t.Line)
 }
 
 // Resolution is the configuration applied to the cgroup tree as it is now.

@@ -32,7 +32,7 @@ func testCgroupID(t testing.TB) uint64 {
 // harness is one loaded egress or ingress program with private (unpinned)
 // maps.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	prog   *ebpf.Program
 	key    hbmHbmKey
 	cfg    hbmHbmConfig
@@ -43,9 +43,9 @@ type harness struct {
 	rx     *ebpf.Map
 }
 
-func newHarness(t *testing.T, l Limit) *harness { return newHarnessDir(t, Egress, l) }
+func newHarness(t testing.TB, l Limit) *harness { return newHarnessDir(t, Egress, l) }
 
-func newHarnessDir(t *testing.T, d Direction, l Limit) *harness {
+func newHarnessDir(t testing.TB, d Direction, l Limit) *harness {
 	testutil.RequireRoot(t)
 	h := &harness{t: t, key: key(testCgroupID(t), d)}
 	var objs hbmObjects
@@ -85,7 +85,7 @@ func newHarnessDir(t *testing.T, d Direction, l Limit) *harness {
 	return h
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -136,19 +136,25 @@ func (h *harness) run(pkt []byte, gsoSegs, gsoSize uint32) (uint32, []byte) {
 
 func (h *harness) runOn(ifindex uint32, pkt []byte, gsoSegs, gsoSize uint32) (uint32, []byte) {
 	h.t.Helper()
-	eth := make([]byte, 14, 14+len(pkt))
-	if pkt[0]>>4 == 6 {
-		binary.BigEndian.PutUint16(eth[12:], unix.ETH_P_IPV6)
-	} else {
-		binary.BigEndian.PutUint16(eth[12:], unix.ETH_P_IP)
-	}
-	in := append(eth, pkt...)
+	in := frame(pkt)
 	out := make([]byte, len(in)+256)
 	ret, err := h.prog.Run(&ebpf.RunOptions{Data: in, DataOut: out, Context: skbCtx(ifindex, gsoSegs, gsoSize)})
 	if err != nil {
 		h.t.Fatalf("test run: %v", err)
 	}
 	return ret, out[14 : 14+len(pkt)]
+}
+
+// frame puts an Ethernet header (the test run's skb starts at it) before
+// pkt, an IPv4 or IPv6 packet.
+func frame(pkt []byte) []byte {
+	eth := make([]byte, 14, 14+len(pkt))
+	if pkt[0]>>4 == 6 {
+		binary.BigEndian.PutUint16(eth[12:], unix.ETH_P_IPV6)
+	} else {
+		binary.BigEndian.PutUint16(eth[12:], unix.ETH_P_IP)
+	}
+	return append(eth, pkt...)
 }
 
 // Packet builders. ecn is the IP ECN codepoint; payload is TCP/UDP payload.

@@ -73,6 +73,9 @@ type hbmHbmQueue struct {
 	FreshBps      uint64
 	RpcBps        uint64
 	FreshVtNs     uint64
+	ShareMul      uint64
+	PktMaxNow     uint32
+	PktMax        uint32
 }
 
 type hbmHbmSock struct {

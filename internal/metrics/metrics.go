@@ -23,29 +23,38 @@ const DefaultAddr = "127.0.0.1:9640"
 // Lister returns the data plane's limits with their counters.
 type Lister func() ([]dataplane.Entry, error)
 
-// Units maps a cgroup id to the systemd unit its limit was declared for.
-type Units func() map[uint64]string
+// GroupLabels are what a group's limit was declared for, beside its path:
+// a systemd unit, or a Kubernetes pod (its namespace and name; never its
+// UID). Empty when not known.
+type GroupLabels struct {
+	Unit, Namespace, Pod string
+}
+
+// Labels maps a cgroup id to its labels.
+type Labels func() map[uint64]GroupLabels
 
 // GroupCollector turns the data plane's limits into per group and direction
-// series, labelled group (the cgroup path), direction and unit (empty unless
-// the limit was declared for a systemd unit). Groups that were removed or
-// whose path cannot be found are left out (their only name is an id).
+// series, labelled group (the cgroup path), direction, unit (empty unless
+// the limit was declared for a systemd unit), namespace and pod (empty
+// unless it was declared by a Kubernetes pod's annotations). Groups that
+// were removed or whose path cannot be found are left out (their only name
+// is an id).
 type GroupCollector struct {
-	list  Lister
-	units Units
+	list   Lister
+	labels Labels
 
 	bytes, packets, marked, cwr, dropped, droppedBytes, limit *prometheus.Desc
 }
 
-var groupLabels = []string{"group", "direction", "unit"}
+var groupLabels = []string{"group", "direction", "unit", "namespace", "pod"}
 
-// NewGroupCollector returns a collector reading list; units may be nil.
-func NewGroupCollector(list Lister, units Units) *GroupCollector {
+// NewGroupCollector returns a collector reading list; labels may be nil.
+func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, groupLabels, nil)
 	}
 	return &GroupCollector{
-		list: list, units: units,
+		list: list, labels: labels,
 		bytes:        d("hbm_group_bytes_total", "Bytes a limited group passed in the direction, at the IP level (a GSO packet counts as its segments' wire bytes)."),
 		packets:      d("hbm_group_packets_total", "Packets a limited group passed in the direction (a GSO packet counts as its segments)."),
 		marked:       d("hbm_group_ce_marked_packets_total", "Packets HBM marked with ECN CE."),
@@ -73,15 +82,16 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.bytes, fmt.Errorf("read hbm's limits: %w", err))
 		return
 	}
-	var units map[uint64]string
-	if c.units != nil {
-		units = c.units()
+	var labels map[uint64]GroupLabels
+	if c.labels != nil {
+		labels = c.labels()
 	}
 	for _, e := range es {
 		if e.Gone || e.Cgroup == "" {
 			continue
 		}
-		lv := []string{e.Cgroup, e.Dir.String(), units[e.CgroupID]}
+		l := labels[e.CgroupID]
+		lv := []string{e.Cgroup, e.Dir.String(), l.Unit, l.Namespace, l.Pod}
 		counter := func(d *prometheus.Desc, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), lv...)
 		}

@@ -24,12 +24,15 @@ func entries() []dataplane.Entry {
 		{CgroupID: 2, Cgroup: "/system.slice/nginx.service", Dir: dataplane.Ingress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
 		{CgroupID: 3, Gone: true, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}}, // removed: no series
 		{CgroupID: 4, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}},             // unresolved: no series
+		{CgroupID: 5, Cgroup: "/kubepods.slice/kubepods-pod1.slice", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 200e6}},
 	}
 }
 
 func scrape(t *testing.T, list Lister) string {
 	t.Helper()
-	reg, _ := NewRegistry("test", NewGroupCollector(list, func() map[uint64]string { return map[uint64]string{2: "nginx.service"} }))
+	reg, _ := NewRegistry("test", NewGroupCollector(list, func() map[uint64]GroupLabels {
+		return map[uint64]GroupLabels{2: {Unit: "nginx.service"}, 5: {Namespace: "shop", Pod: "web-0"}}
+	}))
 	srv := httptest.NewServer(Handler(reg))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/metrics")
@@ -49,14 +52,15 @@ func TestGroupMetrics(t *testing.T) {
 	es := entries()
 	out := scrape(t, func() ([]dataplane.Entry, error) { return es, nil })
 	for _, want := range []string{
-		`hbm_group_bytes_total{direction="egress",group="/batch",unit=""} 1000`,
-		`hbm_group_packets_total{direction="egress",group="/batch",unit=""} 10`,
-		`hbm_group_ce_marked_packets_total{direction="egress",group="/batch",unit=""} 3`,
-		`hbm_group_cwr_packets_total{direction="egress",group="/batch",unit=""} 2`,
-		`hbm_group_dropped_packets_total{direction="egress",group="/batch",unit=""} 1`,
-		`hbm_group_dropped_bytes_total{direction="egress",group="/batch",unit=""} 1500`,
-		`hbm_group_limit_bytes_per_second{direction="egress",group="/batch",unit=""} 3.75e+07`,
-		`hbm_group_bytes_total{direction="ingress",group="/system.slice/nginx.service",unit="nginx.service"} 0`,
+		`hbm_group_bytes_total{direction="egress",group="/batch",namespace="",pod="",unit=""} 1000`,
+		`hbm_group_packets_total{direction="egress",group="/batch",namespace="",pod="",unit=""} 10`,
+		`hbm_group_ce_marked_packets_total{direction="egress",group="/batch",namespace="",pod="",unit=""} 3`,
+		`hbm_group_cwr_packets_total{direction="egress",group="/batch",namespace="",pod="",unit=""} 2`,
+		`hbm_group_dropped_packets_total{direction="egress",group="/batch",namespace="",pod="",unit=""} 1`,
+		`hbm_group_dropped_bytes_total{direction="egress",group="/batch",namespace="",pod="",unit=""} 1500`,
+		`hbm_group_limit_bytes_per_second{direction="egress",group="/batch",namespace="",pod="",unit=""} 3.75e+07`,
+		`hbm_group_bytes_total{direction="ingress",group="/system.slice/nginx.service",namespace="",pod="",unit="nginx.service"} 0`,
+		`hbm_group_limit_bytes_per_second{direction="egress",group="/kubepods.slice/kubepods-pod1.slice",namespace="shop",pod="web-0",unit=""} 2.5e+07`,
 		`hbm_build_info{goversion=`,
 		`hbm_daemon_reconcile_errors_total 0`,
 		`hbm_daemon_last_reconcile_timestamp_seconds`,
@@ -65,7 +69,7 @@ func TestGroupMetrics(t *testing.T) {
 			t.Errorf("no %s in:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "removed") || strings.Count(out, "hbm_group_bytes_total{") != 2 {
+	if strings.Contains(out, "removed") || strings.Count(out, "hbm_group_bytes_total{") != 3 {
 		t.Errorf("series for removed or unresolved groups:\n%s", out)
 	}
 	// A group that goes away loses its series at the next scrape.

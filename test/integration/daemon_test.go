@@ -369,8 +369,8 @@ func TestDaemon(t *testing.T) {
 		t.Errorf("promtool check metrics: %v: %s", err, out)
 	}
 	for _, s := range []string{
-		fmt.Sprintf(`hbm_group_limit_bytes_per_second{direction="egress",group=%q,unit=""} 2.5e+07`, w),
-		fmt.Sprintf(`hbm_group_bytes_total{direction="ingress",group=%q,unit="hbmtest-web.service"}`, web),
+		fmt.Sprintf(`hbm_group_limit_bytes_per_second{direction="egress",group=%q,namespace="",pod="",unit=""} 2.5e+07`, w),
+		fmt.Sprintf(`hbm_group_bytes_total{direction="ingress",group=%q,namespace="",pod="",unit="hbmtest-web.service"}`, web),
 		"hbm_daemon_owned_limits 4",
 		"hbm_daemon_conflicting_limits 1",
 	} {

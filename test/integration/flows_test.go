@@ -8,6 +8,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -82,8 +83,11 @@ func TestEgressManyFlows(t *testing.T) {
 		{"cubic", 64, "200mbit"},
 		{"bbr", 16, "200mbit"},
 		{"bbr", 32, "1gbit"},
+		// 64 KB TSO packets at 1.5 Mbit/s each: one per flow per ~300 ms
+		// (1.24 before the share followed a flow's sending gap).
+		{"bbr", 128, "200mbit"},
 	} {
-		name := tc.cc + "-" + tc.rate
+		name := fmt.Sprintf("%s-%d-%s", tc.cc, tc.streams, tc.rate)
 		t.Run(name, func(t *testing.T) {
 			group, dir := l.cgroup(t, name)
 			l.set(t, group, tc.rate)

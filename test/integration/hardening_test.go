@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
@@ -255,3 +257,114 @@ func setPacing(t *testing.T, c *net.TCPConn, v uint32) {
 		t.Fatalf("setsockopt SO_MAX_PACING_RATE: %v", serr)
 	}
 }
+
+// TestHardenWalkerCgroupNamespace: `hbm set` run as in a container, in a
+// cgroup namespace rooted at the container's group with cgroup2 mounted
+// there (so the container's "/w" is the host's ".../ctr/w"), reaches the
+// sockets the group opened before the limit, as it does on the host. The
+// walker matches a socket by the cgroup ids of its path, read in the kernel,
+// not by a level computed from a path whose root differs in the namespace.
+func TestHardenWalkerCgroupNamespace(t *testing.T) {
+	l := egSetup(t, "hardcgns")
+	l.hbm.PinDir = "/sys/fs/bpf/hbm-test-hardcgns"
+	os.RemoveAll(l.hbm.PinDir)
+	t.Cleanup(func() { os.RemoveAll(l.hbm.PinDir) }) // before removeGroups (LIFO): unpinning detaches
+	testutil.RequireCommand(t, "ss")
+	_, ctr := l.cgroup(t, "ctr")
+	_, dir := l.cgroup(t, "ctr/w")
+	mnt, err := cgroup.Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rate, rateBps = "200mbit", 200e6
+
+	// Streams from a process in the group, connected before the limit
+	// exists: only the walker can give them the per-ACK callback that
+	// applies the pacing cap.
+	startLoad(t, l, dir, "cubic", egStreams, 0)
+	// caps returns the pacing caps (bits/s; 0: none) of the sender's
+	// connections to the receiver, as ss reports them.
+	caps := func() []float64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", l.tb.SenderNS, "ss", "-tinH", "state", "established",
+			"dst", l.tb.ReceiverIP4.String()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ss: %v: %s", err, out)
+		}
+		var cs []float64
+		for _, line := range strings.Split(string(out), "\n") {
+			if !strings.Contains(line, "bytes_acked") {
+				continue // the address line of a socket, not its info line
+			}
+			cap := 0.0
+			if m := pacingCapRE.FindStringSubmatch(line); m != nil {
+				cap, _ = strconv.ParseFloat(m[1], 64)
+			}
+			cs = append(cs, cap)
+		}
+		return cs
+	}
+	time.Sleep(time.Second)
+	before := caps()
+	capped := func(cs []float64) int {
+		n := 0
+		for _, c := range cs {
+			if c > 0 && c <= 1.5*rateBps {
+				n++
+			}
+		}
+		return n
+	}
+	if len(before) < egStreams || capped(before) != 0 {
+		t.Fatalf("before any limit: sender connections with pacing caps %v, want >= %d uncapped", before, egStreams)
+	}
+
+	// hbm set in new cgroup and mount namespaces rooted at the ctr group,
+	// cgroup2 mounted in them where it is on the host.
+	f, err := os.Open(ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	inNS := func(name string, args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Env = append(os.Environ(), "HBM_PIN_DIR="+l.hbm.PinDir)
+		cmd.SysProcAttr = &unix.SysProcAttr{Cloneflags: unix.CLONE_NEWCGROUP | unix.CLONE_NEWNS,
+			UseCgroupFD: true, CgroupFD: int(f.Fd())}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v in a cgroup namespace: %v: %s", name, args, err, out)
+		}
+		return string(out)
+	}
+	container := func(cmd string) string {
+		t.Helper()
+		return inNS("sh", "-c", "mount --make-rprivate / && umount -l "+mnt+" && mount -t cgroup2 none "+mnt+" && ("+cmd+")")
+	}
+	if view := container("cat /proc/self/cgroup; ls " + mnt); !strings.Contains(view, "0::/\n") || !strings.Contains(view, "\nw\n") {
+		t.Fatalf("not a container's view (cgroup namespace rooted at ctr, its w under the mount): %q", view)
+	}
+	container("exec " + l.bin + " set /w --egress " + rate)
+
+	var after []float64
+	for i := 0; i < 30; i++ { // bounded: 3 s
+		time.Sleep(100 * time.Millisecond)
+		if after = caps(); capped(after) >= egStreams {
+			break
+		}
+	}
+	t.Logf("pacing caps (bit/s) of the streams connected before hbm set ran in a container's cgroup namespace: %v", after)
+	if capped(after) < egStreams {
+		t.Errorf("%d of the group's %d streams capped at <= 1.5x %s after hbm set /w in a container whose w is %s (caps %v): the walker missed them",
+			capped(after), egStreams, rate, l.group+"/ctr/w", after)
+	}
+}
+
+// pacingCapRE finds a socket's pacing cap in ss -i output ("pacing_rate
+// RATEbps/CAPbps"; no cap: the rate alone).
+var pacingCapRE = regexp.MustCompile(`pacing_rate [0-9.]+bps/([0-9.]+)bps`)

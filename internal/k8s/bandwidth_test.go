@@ -1,0 +1,107 @@
+package k8s
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hbm-dev/hbm/internal/rate"
+)
+
+// kubelet's rules (pkg/util/bandwidth, ExtractPodBandwidthResources and
+// validateBandwidthIsReasonable; its own test table is reproduced here):
+// a resource.Quantity, integer value (rounded up) within [1k, 1P]; ingress
+// read first; any error voids both directions; kubelet's messages.
+func TestExtractPodBandwidthResources(t *testing.T) {
+	for _, c := range []struct {
+		ann             map[string]string
+		ingress, egress string // Quantity.String(); "" for nil
+		err             string // substring; "" for none
+	}{
+		{ann: nil},
+		{ann: map[string]string{}},
+		{ann: map[string]string{"kubernetes.io/ingress-bandwidth": "10M"}, ingress: "10M"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "10M"}, egress: "10M"},
+		{ann: map[string]string{"kubernetes.io/ingress-bandwidth": "4M", "kubernetes.io/egress-bandwidth": "20M"}, ingress: "4M", egress: "20M"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "1k"}, egress: "1k"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "1P"}, egress: "1P"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "1Gi"}, egress: "1Gi"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "999"}, err: "resource is unreasonably small (< 1kbit)"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "1001T"}, err: "resource is unreasonably large (> 1Pbit)"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "2P"}, err: "unreasonably large"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "-1M"}, err: "unreasonably small"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": "10mbit"}, err: "quantities must match the regular expression"},
+		{ann: map[string]string{"kubernetes.io/egress-bandwidth": ""}, err: "quantities must match the regular expression"},
+		// An invalid ingress voids a valid egress (and the other way).
+		{ann: map[string]string{"kubernetes.io/ingress-bandwidth": "fast", "kubernetes.io/egress-bandwidth": "10M"}, err: "quantities must match"},
+		{ann: map[string]string{"kubernetes.io/ingress-bandwidth": "10M", "kubernetes.io/egress-bandwidth": "1"}, err: "unreasonably small"},
+	} {
+		in, eg, err := ExtractPodBandwidthResources(c.ann)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v: err %v, want %q", c.ann, err, c.err)
+			}
+			if in != nil || eg != nil {
+				t.Errorf("%v: %v %v with an error, want nil nil", c.ann, in, eg)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", c.ann, err)
+			continue
+		}
+		str := func(q interface{ String() string }, isNil bool) string {
+			if isNil {
+				return ""
+			}
+			return q.String()
+		}
+		if got := str(in, in == nil); got != c.ingress {
+			t.Errorf("%v: ingress %q, want %q", c.ann, got, c.ingress)
+		}
+		if got := str(eg, eg == nil); got != c.egress {
+			t.Errorf("%v: egress %q, want %q", c.ann, got, c.egress)
+		}
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	l, err := ParseLimits(map[string]string{"kubernetes.io/egress-bandwidth": "200M", "kubernetes.io/ingress-bandwidth": "1G",
+		"hbm.io/ingress-no-drop": "true", "hbm.io/ingress-mark": "200us", "hbm.io/egress-no-pace": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Egress == nil || l.Egress.Rate != 200e6 || !l.Egress.NoPace || l.Egress.NoDrop {
+		t.Errorf("egress %+v", l.Egress)
+	}
+	if l.Ingress == nil || l.Ingress.Rate != 1e9 || !l.Ingress.NoDrop || l.Ingress.NoPace || l.Ingress.Thresholds.Mark != 200e3 {
+		t.Errorf("ingress %+v", l.Ingress)
+	}
+	// Binary suffixes as kubelet reads them: 1Mi is 1048576 bit/s.
+	if l, err := ParseLimits(map[string]string{"kubernetes.io/egress-bandwidth": "1Mi"}); err != nil || l.Egress.Rate != 1<<20 || l.Ingress != nil {
+		t.Errorf("1Mi: %+v %v", l, err)
+	}
+	// The same thresholds as hbm set gives at this rate.
+	if l, _ := ParseLimits(map[string]string{"kubernetes.io/egress-bandwidth": "10M"}); l.Egress.Thresholds != (rate.Thresholds{Burst: rate.DefaultBurst, Pace: rate.DefaultPace,
+		Mark: rate.DefaultMark, DropLarge: rate.DefaultDropLarge, DropSmall: rate.DefaultDropSmall}).Fit(10e6) {
+		t.Errorf("thresholds %+v", l.Egress.Thresholds)
+	}
+	if l, err := ParseLimits(map[string]string{"other": "x"}); err != nil || !l.Empty() {
+		t.Errorf("no annotations: %+v %v", l, err)
+	}
+	for ann, want := range map[string]string{
+		"kubernetes.io/egress-bandwidth=2k":     "outside the range hbm enforces", // kubelet takes it, hbm cannot enforce it
+		"kubernetes.io/egress-bandwidth=500G":   "outside the range hbm enforces",
+		"kubernetes.io/egress-bandwidth=10mbit": "quantities must match",
+		"hbm.io/egress-no-drop=yes":             "hbm.io/egress-no-drop: want \"true\" or \"false\"",
+		"hbm.io/egress-nodrop=true":             "unknown option \"nodrop\"",
+		"hbm.io/no-drop=true":                   "unknown annotation",
+		"hbm.io/ingress-mark=fast":              "want a duration",
+		"hbm.io/ingress-mark=-1ms":              "want a duration",
+	} {
+		k, v, _ := strings.Cut(ann, "=")
+		m := map[string]string{"kubernetes.io/ingress-bandwidth": "1G", k: v}
+		if _, err := ParseLimits(m); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", ann, err, want)
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package k8s
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/rate"
+)
+
+// OptionPrefix starts the HBM-specific pod annotations. Each is
+// hbm.io/<direction>-<option> and carries an option of `hbm set` for that
+// direction's limit (the limit itself comes from the standard annotation):
+//
+//	hbm.io/ingress-no-drop: "true"    # mark only, never drop (incast protection)
+//	hbm.io/egress-no-pace: "true"     # police only: no pacing assist
+//	hbm.io/egress-loopback: "true"    # police loopback traffic too
+//	hbm.io/ingress-mark: "200us"      # thresholds, in time of queue at the rate
+//	hbm.io/egress-burst: "8ms"
+//
+// Options: no-drop, no-pace, loopback (true/false); burst, pace, mark,
+// drop-large, drop-small (durations). An option for a direction without a
+// bandwidth annotation has no effect.
+const OptionPrefix = "hbm.io/"
+
+type optionKind int
+
+const (
+	boolOption optionKind = iota
+	durationOption
+)
+
+// options are the option names after hbm.io/<direction>-.
+var options = map[string]optionKind{
+	"no-drop": boolOption, "no-pace": boolOption, "loopback": boolOption,
+	"burst": durationOption, "pace": durationOption, "mark": durationOption,
+	"drop-large": durationOption, "drop-small": durationOption,
+}
+
+// dirOptions are the options given for one direction.
+type dirOptions struct {
+	limit dataplane.Limit // Loopback, NoDrop, NoPace
+	th    rate.Thresholds // the defaults, with the ones given replaced
+}
+
+func defaultOptions() dirOptions {
+	return dirOptions{th: rate.Thresholds{Burst: rate.DefaultBurst, Pace: rate.DefaultPace, Mark: rate.DefaultMark,
+		DropLarge: rate.DefaultDropLarge, DropSmall: rate.DefaultDropSmall}}
+}
+
+// parseOptions reads every hbm.io/ annotation; any unknown name or bad value
+// is an error (a misspelt option must not pass silently).
+func parseOptions(annotations map[string]string) (egress, ingress dirOptions, err error) {
+	egress, ingress = defaultOptions(), defaultOptions()
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		if strings.HasPrefix(k, OptionPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys) // the first error is the same every time
+	for _, k := range keys {
+		v := annotations[k]
+		name := strings.TrimPrefix(k, OptionPrefix)
+		var o *dirOptions
+		switch {
+		case strings.HasPrefix(name, "egress-"):
+			o, name = &egress, strings.TrimPrefix(name, "egress-")
+		case strings.HasPrefix(name, "ingress-"):
+			o, name = &ingress, strings.TrimPrefix(name, "ingress-")
+		default:
+			return egress, ingress, fmt.Errorf("%s: unknown annotation: want %segress-OPTION or %singress-OPTION", k, OptionPrefix, OptionPrefix)
+		}
+		kind, ok := options[name]
+		if !ok {
+			return egress, ingress, fmt.Errorf("%s: unknown option %q (options: burst, drop-large, drop-small, loopback, mark, no-drop, no-pace, pace)", k, name)
+		}
+		switch kind {
+		case boolOption:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return egress, ingress, fmt.Errorf("%s: want \"true\" or \"false\", not %q", k, v)
+			}
+			*map[string]*bool{"no-drop": &o.limit.NoDrop, "no-pace": &o.limit.NoPace, "loopback": &o.limit.Loopback}[name] = b
+		case durationOption:
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return egress, ingress, fmt.Errorf("%s: want a duration such as 4ms or 500us, not %q", k, v)
+			}
+			*map[string]*time.Duration{"burst": &o.th.Burst, "pace": &o.th.Pace, "mark": &o.th.Mark,
+				"drop-large": &o.th.DropLarge, "drop-small": &o.th.DropSmall}[name] = d
+		}
+	}
+	return egress, ingress, nil
+}
+
+// build makes the data plane limit for rate r with these options, as `hbm
+// set` and the configuration file do (thresholds fitted to the rate).
+func (o dirOptions) build(r rate.Rate) (dataplane.Limit, error) {
+	l := o.limit
+	l.Rate = r
+	l.Thresholds = o.th.Fit(r)
+	l.MinInflight = dataplane.DefaultMinInflight
+	if err := l.Thresholds.Validate(); err != nil {
+		return l, err
+	}
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
+	return l, nil
+}
