@@ -3,6 +3,7 @@ package eval
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,7 +139,7 @@ func TestBuiltins(t *testing.T) {
 	if tc.Flows[0].CC != "cubic" || tc.Flows[2].CC != "bbr" || tc.Cgroup("gcubic").EgressBps != 500e6 || tc.Cgroup("gbbr").EgressBps != 500e6 {
 		t.Errorf("two-ccs: %+v", tc.Flows)
 	}
-	is := bs[9]
+	is := bs[slices.Index(names, "incast-streams")]
 	if is.Flows[0].Kind != "stream" || is.Flows[0].Count != 2 || len(is.Flows[0].From) != 4 || is.Flows[1].SizeBytes != 10<<10 ||
 		is.Cgroup("server").IngressBps != 1.8e9 || !is.Cgroup("server").MarkOnly {
 		t.Errorf("incast-streams: %+v %+v", is.Flows, is.Cgroup("server"))
@@ -257,7 +258,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 10 {
+	if err != nil || len(all) != 11 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }
