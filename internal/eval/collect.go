@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/hbm-dev/hbm/internal/eval/result"
+	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/netlab"
 )
 
@@ -136,12 +137,12 @@ func bpfCost(a, b progStats, wall, wireBps float64) *result.BPFCost {
 }
 
 // hbmCounters maps "cgroup path/dir" to counters from hbm show --json.
-func hbmCounters(h netlab.HBM) (map[string]netlab.Counters, error) {
+func hbmCounters(h netlab.HBM) (map[string]jsonout.Direction, error) {
 	st, err := h.Show()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]netlab.Counters{}
+	out := map[string]jsonout.Direction{}
 	for _, g := range st {
 		p := filepath.Clean("/" + g.Cgroup)
 		if g.Egress != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/hbm-dev/hbm/internal/cc"
 	"github.com/hbm-dev/hbm/internal/eval/report"
 	"github.com/hbm-dev/hbm/internal/eval/result"
+	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/rate"
 	"github.com/hbm-dev/hbm/internal/workload"
@@ -619,7 +620,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	}
 
 	// Before the window.
-	var hbm0 map[string]netlab.Counters
+	var hbm0 map[string]jsonout.Direction
 	if lim == "hbm" {
 		if hbm0, err = hbmCounters(r.hbm); err != nil {
 			run.Error = "hbm show: " + err.Error()
@@ -676,7 +677,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 			BacklogMax: max(q.maxBacklog, after.Backlog),
 		})
 	}
-	var hbm1 map[string]netlab.Counters
+	var hbm1 map[string]jsonout.Direction
 	if lim == "hbm" {
 		if hbm1, err = hbmCounters(r.hbm); err != nil {
 			run.Error = "hbm show: " + err.Error()

@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
@@ -364,14 +365,14 @@ func dctcpLab(t *testing.T, name string) *egLab {
 }
 
 // egressCounters returns group's egress counters (zero if none).
-func egressCounters(t *testing.T, l *egLab, group string) netlab.Counters {
+func egressCounters(t *testing.T, l *egLab, group string) jsonout.Direction {
 	t.Helper()
 	c, err := l.hbm.Egress(group)
 	if err != nil {
 		t.Fatalf("hbm show --json: %v", err)
 	}
 	if c == nil {
-		return netlab.Counters{}
+		return jsonout.Direction{}
 	}
 	return *c
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
@@ -135,7 +136,7 @@ func (l *egLab) unset(t *testing.T, group string) {
 // (and the hbm counters of counted, if not empty).
 func (l *egLab) run(t *testing.T, dir, cc string, v6 bool, counted string) *workload.Result {
 	t.Helper()
-	var before *netlab.Counters
+	var before *jsonout.Direction
 	if counted != "" {
 		before, _ = l.hbm.Egress(counted)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
@@ -125,14 +126,14 @@ func ccHas(name string) bool {
 
 // run runs the workload from every sender and logs what it measured, with
 // the ingress counters of the receiver's group when limited.
-func (l *inLab) run(t *testing.T, label string, cfg workload.Config) (*netlab.IncastResult, *netlab.Counters) {
+func (l *inLab) run(t *testing.T, label string, cfg workload.Config) (*netlab.IncastResult, *jsonout.Direction) {
 	t.Helper()
 	before, _ := l.hbm.Ingress(l.group)
 	r, err := l.in.Run(context.Background(), l.bin, cfg, inPort)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d *netlab.Counters
+	var d *jsonout.Direction
 	hbmLine := ""
 	if after, err := l.hbm.Ingress(l.group); err == nil && after != nil && before != nil {
 		x := after.Sub(*before)
@@ -262,7 +263,7 @@ func TestIngressCLI(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("show --json: exit %d: %s", code, out)
 		}
-		var st []netlab.GroupStatus
+		var st []jsonout.Group
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("show --json: %v: %s", err, out)
 		}

@@ -10,7 +10,6 @@ package k8s
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -218,21 +217,19 @@ func (l *lab) expectRates(what string, want map[string]uint64, within time.Durat
 // enforced reads hbm show --json's "enforced" for the group and direction.
 func (l *lab) enforced(group, dir string) bool {
 	l.t.Helper()
-	out, err := l.hbm.Run("show", "--json")
+	st, err := l.hbm.Show()
 	if err != nil {
 		l.t.Fatalf("hbm show: %v", err)
 	}
-	var st []map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		l.t.Fatalf("hbm show --json: %v", err)
-	}
 	for _, g := range st {
-		var name string
-		json.Unmarshal(g["cgroup"], &name)
-		var d struct{ Enforced bool }
-		if name == group && json.Unmarshal(g[dir], &d) == nil {
-			return d.Enforced
+		if g.Cgroup != group {
+			continue
 		}
+		d := g.Egress
+		if dir == "ingress" {
+			d = g.Ingress
+		}
+		return d != nil && d.Enforced
 	}
 	return false
 }
