@@ -335,19 +335,12 @@ func nsFd(ns string) (*os.File, error) {
 }
 
 func linkUp(ns, dev string) error {
-	nh, err := handle(ns)
-	if err != nil {
-		return err
-	}
-	defer nh.Close()
-	lk, err := nh.LinkByName(dev)
-	if err != nil {
-		return fmt.Errorf("netlab: %s in %s: %w", dev, ns, err)
-	}
-	if err := nh.LinkSetUp(lk); err != nil {
-		return fmt.Errorf("netlab: %s up in %s: %w", dev, ns, err)
-	}
-	return nil
+	return withLink(ns, dev, func(nh *netlink.Handle, lk netlink.Link) error {
+		if err := nh.LinkSetUp(lk); err != nil {
+			return fmt.Errorf("netlab: %s up in %s: %w", dev, ns, err)
+		}
+		return nil
+	})
 }
 
 // waitUp waits (bounded) until every host interface and switch port
@@ -455,20 +448,16 @@ func (l *Lab) TxBytes(host, link string) (uint64, error) {
 
 // TxBytes is the tx_bytes counter of dev in namespace ns.
 func TxBytes(ns, dev string) (uint64, error) {
-	nh, err := handle(ns)
-	if err != nil {
-		return 0, err
-	}
-	defer nh.Close()
-	lk, err := nh.LinkByName(dev)
-	if err != nil {
-		return 0, fmt.Errorf("netlab: %s in %s: %w", dev, ns, err)
-	}
-	st := lk.Attrs().Statistics
-	if st == nil {
-		return 0, fmt.Errorf("netlab: %s in %s: no statistics", dev, ns)
-	}
-	return st.TxBytes, nil
+	var n uint64
+	err := withLink(ns, dev, func(_ *netlink.Handle, lk netlink.Link) error {
+		st := lk.Attrs().Statistics
+		if st == nil {
+			return fmt.Errorf("netlab: %s in %s: no statistics", dev, ns)
+		}
+		n = st.TxBytes
+		return nil
+	})
+	return n, err
 }
 
 // Close stops every process the lab started and removes its namespaces

@@ -71,6 +71,21 @@ func handle(ns string) (*netlink.Handle, error) {
 	return nh, nil
 }
 
+// withLink calls fn with a netlink handle inside namespace ns and dev,
+// looked up there.
+func withLink(ns, dev string, fn func(*netlink.Handle, netlink.Link) error) error {
+	nh, err := handle(ns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	lk, err := nh.LinkByName(dev)
+	if err != nil {
+		return fmt.Errorf("netlab: %s in %s: %w", dev, ns, err)
+	}
+	return fn(nh, lk)
+}
+
 // createNetns creates the named namespace ns (as `ip netns add` does:
 // bind-mounted at /run/netns/ns).
 func createNetns(ns string) error {

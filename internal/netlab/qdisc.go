@@ -45,22 +45,15 @@ type NoQdisc struct{}
 
 // SetQdisc replaces the root qdisc of dev in namespace ns with q.
 func SetQdisc(ns, dev string, q Qdisc) error {
-	nh, err := handle(ns)
-	if err != nil {
-		return err
-	}
-	defer nh.Close()
-	link, err := nh.LinkByName(dev)
-	if err != nil {
-		return fmt.Errorf("netlab: %s in %s: %w", dev, ns, err)
-	}
-	if err := clearRoot(nh, link); err != nil {
-		return fmt.Errorf("netlab: clear qdisc on %s in %s: %w", dev, ns, err)
-	}
-	if err := q.install(nh, link); err != nil {
-		return fmt.Errorf("netlab: qdisc on %s in %s: %w", dev, ns, err)
-	}
-	return nil
+	return withLink(ns, dev, func(nh *netlink.Handle, link netlink.Link) error {
+		if err := clearRoot(nh, link); err != nil {
+			return fmt.Errorf("netlab: clear qdisc on %s in %s: %w", dev, ns, err)
+		}
+		if err := q.install(nh, link); err != nil {
+			return fmt.Errorf("netlab: qdisc on %s in %s: %w", dev, ns, err)
+		}
+		return nil
+	})
 }
 
 // SetQdisc is SetQdisc on host's interface on link.
@@ -175,33 +168,28 @@ type QdiscStats struct {
 
 // ReadQdisc returns the root qdisc of dev in namespace ns.
 func ReadQdisc(ns, dev string) (QdiscStats, error) {
-	nh, err := handle(ns)
-	if err != nil {
-		return QdiscStats{}, err
-	}
-	defer nh.Close()
-	link, err := nh.LinkByName(dev)
-	if err != nil {
-		return QdiscStats{}, fmt.Errorf("netlab: %s in %s: %w", dev, ns, err)
-	}
-	qs, err := nh.QdiscList(link)
-	if err != nil {
-		return QdiscStats{}, fmt.Errorf("netlab: qdiscs of %s in %s: %w", dev, ns, err)
-	}
-	for _, q := range qs {
-		a := q.Attrs()
-		if a.Parent != netlink.HANDLE_ROOT {
-			continue
+	var st QdiscStats
+	err := withLink(ns, dev, func(nh *netlink.Handle, link netlink.Link) error {
+		qs, err := nh.QdiscList(link)
+		if err != nil {
+			return fmt.Errorf("netlab: qdiscs of %s in %s: %w", dev, ns, err)
 		}
-		st := QdiscStats{Kind: q.Type()}
-		if a.Statistics != nil && a.Statistics.Queue != nil {
-			st.Drops = uint64(a.Statistics.Queue.Drops)
-			st.Overlimits = uint64(a.Statistics.Queue.Overlimits)
-			st.Backlog = uint64(a.Statistics.Queue.Backlog)
+		for _, q := range qs {
+			a := q.Attrs()
+			if a.Parent != netlink.HANDLE_ROOT {
+				continue
+			}
+			st.Kind = q.Type()
+			if a.Statistics != nil && a.Statistics.Queue != nil {
+				st.Drops = uint64(a.Statistics.Queue.Drops)
+				st.Overlimits = uint64(a.Statistics.Queue.Overlimits)
+				st.Backlog = uint64(a.Statistics.Queue.Backlog)
+			}
+			return nil
 		}
-		return st, nil
-	}
-	return QdiscStats{}, fmt.Errorf("netlab: no root qdisc on %s in %s", dev, ns)
+		return fmt.Errorf("netlab: no root qdisc on %s in %s", dev, ns)
+	})
+	return st, err
 }
 
 // RouteCC sets the congestion control of every route of host (congctl; ""

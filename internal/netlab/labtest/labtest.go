@@ -21,46 +21,37 @@ func require(t testing.TB) {
 	testutil.RequireCommand(t, "ip")
 }
 
-func closeAtEnd(t testing.TB, close func() error) {
+// build checks what a lab needs, builds it with mk (failing the test if it
+// cannot) and closes it at the test's end, reporting a failed close.
+func build[L interface{ Close() error }](t testing.TB, what string, mk func() (L, error)) L {
+	t.Helper()
+	require(t)
+	l, err := mk()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 	t.Cleanup(func() {
-		if err := close(); err != nil {
+		if err := l.Close(); err != nil {
 			t.Errorf("lab close: %v", err)
 		}
 	})
+	return l
 }
 
 // New builds cfg for the test.
 func New(t testing.TB, cfg netlab.Config) *netlab.Lab {
 	t.Helper()
-	require(t)
-	l, err := netlab.New(cfg)
-	if err != nil {
-		t.Fatalf("lab: %v", err)
-	}
-	closeAtEnd(t, l.Close)
-	return l
+	return build(t, "lab", func() (*netlab.Lab, error) { return netlab.New(cfg) })
 }
 
 // Pair builds a netlab.Pair for the test.
 func Pair(t testing.TB) *netlab.Pair {
 	t.Helper()
-	require(t)
-	p, err := netlab.NewPair()
-	if err != nil {
-		t.Fatalf("lab: %v", err)
-	}
-	closeAtEnd(t, p.Close)
-	return p
+	return build(t, "lab", netlab.NewPair)
 }
 
 // Incast builds a netlab.Incast for the test.
 func Incast(t testing.TB, o netlab.IncastOptions) *netlab.Incast {
 	t.Helper()
-	require(t)
-	in, err := netlab.NewIncast(o)
-	if err != nil {
-		t.Fatalf("incast lab: %v", err)
-	}
-	closeAtEnd(t, in.Close)
-	return in
+	return build(t, "incast lab", func() (*netlab.Incast, error) { return netlab.NewIncast(o) })
 }
