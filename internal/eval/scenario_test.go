@@ -97,7 +97,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams rpc-alone-200m rpc-sep-200m"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -258,7 +258,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 11 {
+	if err != nil || len(all) != 13 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }
