@@ -134,6 +134,11 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 			return err
 		}
 	}
+	// Made now, so a --out that cannot be written fails before the runs,
+	// not after them.
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
 	captureDir := ""
 	if f.capture {
 		captureDir = filepath.Join(out, "captures")

@@ -24,9 +24,13 @@ func NewOutDir(parent, prefix string) (string, error) {
 	return dir, nil
 }
 
-// mkdirNoFollow creates directory path, or accepts an existing one that is
+// mkdirNoFollow creates directory path (and its missing parents, as
+// WriteFiles makes the output directory), or accepts an existing one that is
 // a real directory: never a symbolic link placed there by someone else.
 func mkdirNoFollow(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	err := os.Mkdir(path, 0o755)
 	if err == nil || !errors.Is(err, os.ErrExist) {
 		return err

@@ -46,6 +46,12 @@ func TestOutputNoFollow(t *testing.T) {
 	if err := mkdirNoFollow(filepath.Join(dir, "real")); err != nil {
 		t.Errorf("an existing directory: %v", err)
 	}
+	// --out names a directory that does not exist yet: the captures go in
+	// before the reports are written (a run with --capture --out NEW lost
+	// every capture).
+	if err := mkdirNoFollow(filepath.Join(dir, "new", "captures")); err != nil {
+		t.Errorf("missing parent: %v", err)
+	}
 }
 
 func TestNewOutDir(t *testing.T) {
