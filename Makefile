@@ -40,12 +40,14 @@ k8s-bins:
 
 K8S_ENV = HBM_K8S_APISERVER=$$(./scripts/k8s-bins.sh | sed -n 1p) HBM_K8S_ETCD=$$(./scripts/k8s-bins.sh | sed -n 2p)
 
-## test: everything CI runs (unit, BPF decision and namespace integration
-## tests, and the Kubernetes end-to-end test against a real API server).
+## test: everything CI runs (unit tests under the race detector, then every
+## test: unit, BPF decision and namespace integration tests, and the
+## Kubernetes end-to-end test against a real API server).
 test: deps
 	$(MAKE) build
 	$(MAKE) k8s-bins
 	$(GO) vet ./...
+	$(GO) test -race -count=1 -short -timeout 20m ./...
 	$(K8S_ENV) HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 40m ./...
 
 ## test-k8s: the Kubernetes end-to-end test alone (a real etcd and
@@ -64,9 +66,14 @@ demo: deps
 	$(MAKE) build
 	./$(BIN) demo
 
-## bench: the foundation's egress benchmark (hbm vs htb vs tbf).
+## bench: the benchmarks, which are hbm eval scenarios: the full default suite
+## by default; SCENARIOS, RUNS (repetitions, medians reported) and OUT narrow it,
+## e.g. make bench SCENARIOS="many-flows-200m incast-streams" RUNS=3 OUT=/tmp/b
+SCENARIOS ?=
+RUNS      ?= 1
+OUT       ?=
 bench: build
-	./bench/egress.sh
+	./$(BIN) eval --runs $(RUNS) $(if $(OUT),--out $(OUT)) $(SCENARIOS)
 
 clean:
 	rm -rf bin

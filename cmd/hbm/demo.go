@@ -3,8 +3,6 @@ package main
 import (
 	"errors"
 	"os"
-	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,7 +42,9 @@ Everything it creates is removed at the end (also on Ctrl-C). Needs root.`,
 				return err
 			}
 			if out == "" {
-				out = filepath.Join(os.TempDir(), "hbm-demo-"+time.Now().Format("20060102-150405"))
+				if out, err = eval.NewOutDir("", "hbm-demo"); err != nil {
+					return err
+				}
 			}
 			ctx, cancel := signalContext()
 			defer cancel()
@@ -55,6 +55,6 @@ Everything it creates is removed at the end (also on Ctrl-C). Needs root.`,
 		},
 	}
 	cmd.Flags().StringVar(&cc, "cc", "cubic-ecn", "congestion control (cubic, cubic-ecn, dctcp, bbr)")
-	cmd.Flags().StringVar(&out, "out", "", "report directory (default $TMPDIR/hbm-demo-YYYYMMDD-HHMMSS)")
+	cmd.Flags().StringVar(&out, "out", "", "report directory (default: a new $TMPDIR/hbm-demo-YYYYMMDD-HHMMSS-RANDOM)")
 	return cmd
 }

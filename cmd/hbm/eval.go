@@ -44,8 +44,10 @@ DIR/report.html. Prints progress while it runs and a summary table at the end.
 SCENARIO is a built-in scenario's name (see --list) or a YAML file's path
 (format: docs/eval.md); none means every built-in. HBM's state for the eval
 is kept in a private pin directory: limits set on this machine are not
-touched. Everything created is removed at the end, on failure and on Ctrl-C.
-Needs root.`,
+touched. Everything created is removed at the end, on failure and on Ctrl-C;
+what a killed eval left (and HBM's BPF dctcp, if it installed it) is removed
+by the next one. Without --out, DIR is a new ./hbm-eval-DATE-TIME-RANDOM.
+The benchmarks are these scenarios (make bench). Needs root.`,
 		Example: `  hbm eval --list
   hbm eval egress-200m --quick
   hbm eval egress-1g incast --cc cubic,dctcp --limiter hbm,none --out /tmp/ev
@@ -59,7 +61,7 @@ Needs root.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.out, "out", "", "output directory (default ./hbm-eval-YYYYMMDD-HHMMSS)")
+	fl.StringVar(&f.out, "out", "", "output directory (default: a new ./hbm-eval-YYYYMMDD-HHMMSS-RANDOM)")
 	fl.BoolVar(&f.quick, "quick", false, "short runs (3s + 1s warm-up) of a reduced matrix (each scenario's quick: section)")
 	fl.StringSliceVar(&f.ccs, "cc", nil, "congestion controls to run instead of the scenarios' (cubic, cubic-ecn, dctcp, bbr, ...)")
 	fl.StringSliceVar(&f.limiters, "limiter", nil, "limiters to run instead of the scenarios' (hbm, htb, tbf, none)")
@@ -95,7 +97,11 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 			return usagef("--limiter: unknown limiter %q (%s)", l, strings.Join(eval.Limiters, ", "))
 		}
 	}
-	for _, c := range f.ccs {
+	for i, c := range f.ccs {
+		if cc := eval.CanonicalCC(c); cc != c {
+			fmt.Fprintf(cmd.ErrOrStderr(), "eval: --cc %s is spelt %s (ECN on in every host); running %s\n", c, cc, cc)
+			f.ccs[i], c = cc, cc
+		}
 		if !eval.ValidCC(c) {
 			return usagef("--cc: bad congestion control %q (e.g. cubic, cubic-ecn, dctcp, bbr)", c)
 		}
@@ -124,7 +130,14 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	}
 	out := f.out
 	if out == "" {
-		out = "hbm-eval-" + time.Now().Format("20060102-150405")
+		if out, err = eval.NewOutDir(".", "hbm-eval"); err != nil {
+			return err
+		}
+	}
+	// Made now, so a --out that cannot be written fails before the runs,
+	// not after them.
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
 	}
 	captureDir := ""
 	if f.capture {

@@ -64,7 +64,8 @@ func StartCapture(ns, dev, path string, snap int, maxBytes int64) (*Capture, err
 		return nil, fmt.Errorf("capture on %s: %w", dev, err)
 	}
 	c := &Capture{fd: fd, snap: snap, max: maxBytes, done: make(chan error, 1)}
-	if c.f, err = os.Create(path); err != nil {
+	// O_NOFOLLOW: a symbolic link placed at path is not written through.
+	if c.f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o644); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/hbm-dev/hbm/internal/analyze/schema"
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -137,15 +136,7 @@ func TestCaptureEndToEnd(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireCommand(t, "ip")
 	testutil.RequireCommand(t, "tc")
-	tb, err := testbed.New("analyze", testbed.Options{})
-	if err != nil {
-		testutil.Missing(t, "network namespaces", err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Close(); err != nil {
-			t.Errorf("testbed close: %v", err)
-		}
-	})
+	tb := labtest.Pair(t)
 	// tbf with a queue long enough that it never drops (TSQ lets a socket
 	// queue up to tcp_limit_output_bytes, and a packet lost before the
 	// capture point would take a mark with it), and a bucket larger than a
@@ -263,8 +254,8 @@ func TestCaptureEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := tb.QdiscStats(); !strings.Contains(st, "dropped 0,") {
-		t.Fatalf("tbf dropped packets before the capture point:\n%s", st)
+	if st, err := tb.QdiscStats(); err != nil || st.Drops != 0 {
+		t.Fatalf("tbf dropped packets before the capture point: %+v, %v", st, err)
 	}
 	if dir := os.Getenv("HBM_ANALYZE_KEEP"); dir != "" { // keep the capture to look at
 		if b, err := os.ReadFile(path); err == nil {

@@ -28,6 +28,9 @@ import (
 // crashed run (a stale pin) are handled by Install itself.
 func isolate(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: needs root, BPF struct_ops and real sockets")
+	}
 	testutil.RequireRoot(t)
 	if _, err := loadTCPOpsLayout(); err != nil {
 		testutil.Missing(t, "struct_ops tcp_congestion_ops", err)

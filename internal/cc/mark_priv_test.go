@@ -3,6 +3,9 @@ package cc
 import (
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -325,9 +328,11 @@ func TestLossHalves(t *testing.T) {
 		if err := dr.state.Put(uint32(0), uint64(1)); err != nil { // one drop, cwnd unknown
 			return err
 		}
+		ext0 := tcpExt()
 		if err := p.transfer(1<<20, 20); err != nil {
 			return err
 		}
+		events := tcpExtEvents(ext0, tcpExt())
 		var st [2]uint32
 		if err := dr.state.Lookup(uint32(0), &st); err != nil {
 			return err
@@ -336,7 +341,7 @@ func TestLossHalves(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		t.Logf("loss at cwnd %d: ssthresh %d, retrans %d, alpha %.3f, cwnd now %d", st[1], after.Ssthresh, after.Retrans, after.Alpha, after.Cwnd)
+		t.Logf("loss at cwnd %d: ssthresh %d, retrans %d, alpha %.3f, cwnd now %d; TCP events: %s", st[1], after.Ssthresh, after.Retrans, after.Alpha, after.Cwnd, events)
 		if st[0] != 0 || st[1] == 0 {
 			return fmt.Errorf("dropper did not drop (%v)", st)
 		}
@@ -345,8 +350,46 @@ func TestLossHalves(t *testing.T) {
 		}
 		want := max(st[1]/2, 2)
 		if after.Ssthresh > want+1 {
-			return fmt.Errorf("ssthresh %d after a loss at cwnd %d, want about %d (halved)", after.Ssthresh, st[1], want)
+			return fmt.Errorf("ssthresh %d after a loss at cwnd %d, want about %d (halved); TCP events: %s", after.Ssthresh, st[1], want, events)
 		}
 		return nil
 	})
+}
+
+// tcpExt reads the TcpExt counters of the calling thread's network
+// namespace (/proc/thread-self: /proc/self/net is the main thread's).
+func tcpExt() map[string]int64 {
+	b, err := os.ReadFile("/proc/thread-self/net/netstat")
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(string(b), "\n")
+	out := map[string]int64{}
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) == 0 || names[0] != "TcpExt:" || len(vals) != len(names) {
+			continue
+		}
+		for j := 1; j < len(names); j++ {
+			v, _ := strconv.ParseInt(vals[j], 10, 64)
+			out[names[j]] = v
+		}
+	}
+	return out
+}
+
+// tcpExtEvents lists the loss-recovery counters that moved between a and b.
+func tcpExtEvents(a, b map[string]int64) string {
+	var ev []string
+	for _, k := range []string{"TCPTimeouts", "TCPLossProbes", "TCPLossProbeRecovery", "TCPSackRecovery", "TCPRenoRecovery",
+		"TCPFullUndo", "TCPPartialUndo", "TCPDSACKUndo", "TCPLossUndo", "TCPSpuriousRTOs", "TCPSackRecoveryFail",
+		"TCPLostRetransmit", "TCPFastRetrans", "TCPSlowStartRetrans", "TCPDSACKRecv", "TCPSpuriousRtxHostQueues"} {
+		if d := b[k] - a[k]; d != 0 {
+			ev = append(ev, fmt.Sprintf("%s %d", k, d))
+		}
+	}
+	if len(ev) == 0 {
+		return "none"
+	}
+	return strings.Join(ev, ", ")
 }

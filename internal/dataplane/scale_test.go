@@ -1,19 +1,20 @@
 package dataplane
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/rate"
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
@@ -125,8 +126,12 @@ func TestScale(t *testing.T) {
 	if took > maxList {
 		t.Errorf("hbm show --json of %d limits took %v, want < %v", n, took, maxList)
 	}
-	if got := strings.Count(string(out), `"cgroup_id"`); got != n {
-		t.Errorf("hbm show --json lists %d limits, want %d", got, n)
+	var listed []jsonout.Group
+	if err := json.Unmarshal(out, &listed); err != nil {
+		t.Fatalf("hbm show --json: %v", err)
+	}
+	if len(listed) != n {
+		t.Errorf("hbm show --json lists %d limits, want %d", len(listed), n)
 	}
 
 	if m, err = Open(pinDir); err != nil {

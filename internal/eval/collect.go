@@ -1,8 +1,6 @@
 package eval
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,7 +11,8 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/hbm-dev/hbm/internal/eval/result"
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/jsonout"
+	"github.com/hbm-dev/hbm/internal/netlab"
 )
 
 // cpuTimes is the first line of /proc/stat, in clock ticks.
@@ -54,38 +53,15 @@ func cpuBetween(a, b cpuTimes) result.CPU {
 	}
 }
 
-// qdiscStat is the root qdisc of a device, from tc -s -j.
-type qdiscStat struct {
-	Kind       string `json:"kind"`
-	Root       bool   `json:"root"`
-	Drops      uint64 `json:"drops"`
-	Overlimits uint64 `json:"overlimits"`
-	Backlog    uint64 `json:"backlog"`
-}
-
-func readQdisc(ns, dev string) (qdiscStat, error) {
-	out, err := output("tc", "-n", ns, "-s", "-j", "qdisc", "show", "dev", dev)
-	if err != nil {
-		return qdiscStat{}, err
-	}
-	var qs []qdiscStat
-	if err := json.Unmarshal([]byte(out), &qs); err != nil {
-		return qdiscStat{}, fmt.Errorf("tc -j output: %w", err)
-	}
-	for _, q := range qs {
-		if q.Root {
-			return q, nil
-		}
-	}
-	return qdiscStat{}, fmt.Errorf("no root qdisc on %s in %s", dev, ns)
-}
+// readQdisc returns the root qdisc's counters of dev in namespace ns.
+func readQdisc(ns, dev string) (netlab.QdiscStats, error) { return netlab.ReadQdisc(ns, dev) }
 
 // shaped is a qdisc the eval installed (a limiter or a bottleneck) and what
 // it counted before the window.
 type shaped struct {
 	name, ns, dev, kind string
 	rate                uint64
-	before              qdiscStat
+	before              netlab.QdiscStats
 	maxBacklog          uint64
 }
 
@@ -161,12 +137,12 @@ func bpfCost(a, b progStats, wall, wireBps float64) *result.BPFCost {
 }
 
 // hbmCounters maps "cgroup path/dir" to counters from hbm show --json.
-func hbmCounters(h testbed.HBM) (map[string]testbed.Counters, error) {
+func hbmCounters(h netlab.HBM) (map[string]jsonout.Direction, error) {
 	st, err := h.Show()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]testbed.Counters{}
+	out := map[string]jsonout.Direction{}
 	for _, g := range st {
 		p := filepath.Clean("/" + g.Cgroup)
 		if g.Egress != nil {
@@ -177,25 +153,4 @@ func hbmCounters(h testbed.HBM) (map[string]testbed.Counters, error) {
 		}
 	}
 	return out, nil
-}
-
-// readTxBytes is the tx_bytes counter of device dev in namespace ns (as
-// /sys/class/net/DEV/statistics/tx_bytes there: for a veth, whole frames,
-// Ethernet header included).
-func readTxBytes(ns, dev string) (uint64, error) {
-	nh, h, err := nsHandle(ns)
-	if err != nil {
-		return 0, err
-	}
-	defer h.Close()
-	defer nh.Close()
-	l, err := nh.LinkByName(dev)
-	if err != nil {
-		return 0, fmt.Errorf("%s in %s: %w", dev, ns, err)
-	}
-	st := l.Attrs().Statistics
-	if st == nil {
-		return 0, fmt.Errorf("%s in %s: no statistics", dev, ns)
-	}
-	return st.TxBytes, nil
 }

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/eval/result"
+	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
@@ -33,6 +34,7 @@ func TestEvalEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := netlab.Objects()
 	// Timing figures are noisy on a shared machine: the latency comparison
 	// gets a second attempt (the sanity checks do not).
 	for attempt := 1; ; attempt++ {
@@ -46,7 +48,7 @@ func TestEvalEndToEnd(t *testing.T) {
 		}
 		t.Logf("attempt %d: htb's 10 KB P99 %.0fus not above hbm's %.0fus; trying again", attempt, htbP99, hbmP99)
 	}
-	assertClean(t)
+	assertClean(t, before)
 }
 
 func evalOnce(t *testing.T, scens []*Scenario, bin string) (hbmP99, htbP99 float64) {
@@ -142,27 +144,16 @@ func evalOnce(t *testing.T, scens []*Scenario, bin string) (hbmP99, htbP99 float
 	return p99["hbm"], p99["htb"]
 }
 
-// assertClean checks the eval left no namespace, cgroup or pin directory.
-func assertClean(t *testing.T) {
+// assertClean checks the eval left no namespace, cgroup or pin directory:
+// no lab object exists that did not before it ran.
+func assertClean(t *testing.T, before []string) {
 	t.Helper()
-	id := nsPrefix + itoa(os.Getpid()) + "-"
-	if es, err := os.ReadDir(netnsDir); err == nil {
-		for _, e := range es {
-			if strings.HasPrefix(e.Name(), id) {
-				t.Errorf("namespace %s left behind", e.Name())
-			}
+	for _, o := range netlab.Objects() {
+		if !slices.Contains(before, o) {
+			t.Errorf("%s left behind", o)
 		}
 	}
-	mnt, _ := cgroup.Mount()
-	if _, err := os.Stat(filepath.Join(mnt, cgroupPrefix+itoa(os.Getpid()))); err == nil {
-		t.Error("cgroup left behind")
-	}
-	if _, err := os.Stat(pinPrefix + itoa(os.Getpid())); err == nil {
-		t.Error("pin directory left behind")
-	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // privEval runs scenario name (quick, cubic, 2 s windows) with the given
 // limiters, counts and repetitions and returns its runs, after checking the
@@ -186,6 +177,7 @@ func privEval(t *testing.T, name string, limiters []string, counts []int, runs i
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	var log strings.Builder
+	before := netlab.Objects()
 	res, err := Run(ctx, scens, Options{
 		Bin: bin, Quick: true, CCs: []string{"cubic"}, Limiters: limiters, Counts: counts, Runs: runs,
 		Duration: 2 * time.Second, Warmup: time.Second, Log: &log,
@@ -194,7 +186,7 @@ func privEval(t *testing.T, name string, limiters []string, counts []int, runs i
 	if err != nil {
 		t.Fatal(err)
 	}
-	assertClean(t)
+	assertClean(t, before)
 	if len(res.Runs) != len(limiters) {
 		t.Fatalf("%d runs, want %d", len(res.Runs), len(limiters))
 	}

@@ -1,7 +1,6 @@
 package eval
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -11,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -24,10 +24,12 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/analyze"
 	"github.com/hbm-dev/hbm/internal/analyze/schema"
+	"github.com/hbm-dev/hbm/internal/cc"
 	"github.com/hbm-dev/hbm/internal/eval/report"
 	"github.com/hbm-dev/hbm/internal/eval/result"
+	"github.com/hbm-dev/hbm/internal/jsonout"
+	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/rate"
-	"github.com/hbm-dev/hbm/internal/testbed"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
 
@@ -50,8 +52,9 @@ type Options struct {
 	// (result.Aggregate).
 	Runs int
 	// PinDir is the bpffs directory of the eval's HBM state; "" means a
-	// private /sys/fs/bpf/hbm-eval-<pid>, removed at the end. A user's
-	// limits are never touched.
+	// private one (netlab.NewPinDir: /sys/fs/bpf/hbm-lab-TOKEN/pins), removed at
+	// the end, or by the next eval if this one is killed. A user's limits
+	// are never touched.
 	PinDir string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
@@ -65,7 +68,8 @@ type Options struct {
 
 type runner struct {
 	o       Options
-	hbm     testbed.HBM
+	hbm     netlab.HBM
+	pin     *netlab.PinDir // the eval's own pin directory, if it made one
 	logf    func(string, ...any)
 	dctcp   string // "" untried, "ok", or why it is unavailable
 	total   int
@@ -82,25 +86,22 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 	if os.Geteuid() != 0 {
 		return nil, errors.New("eval needs root (network namespaces, cgroups, BPF)")
 	}
-	for _, tool := range []string{"ip", "tc"} {
-		if _, err := execLookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s not found (install iproute2): %w", tool, err)
-		}
+	// Commands run in the hosts through `ip netns exec`; the rest is netlink.
+	if _, err := execLookPath("ip"); err != nil {
+		return nil, fmt.Errorf("ip not found (install iproute2): %w", err)
 	}
 	r := &runner{o: o, started: time.Now()}
 	r.logf = func(format string, args ...any) { fmt.Fprintf(o.Log, "eval: "+format+"\n", args...) }
 	CleanupLeftovers(r.logf)
-	ownPin := o.PinDir == ""
-	if ownPin {
-		o.PinDir = fmt.Sprintf("%s%d", pinPrefix, os.Getpid())
-		r.o.PinDir = o.PinDir
-	}
-	r.hbm = testbed.HBM{Bin: o.Bin, PinDir: o.PinDir}
-	defer func() {
-		if ownPin {
-			os.RemoveAll(o.PinDir)
+	if o.PinDir == "" {
+		pd, err := netlab.NewPinDir()
+		if err != nil {
+			return nil, err
 		}
-	}()
+		defer pd.Close()
+		o.PinDir, r.o.PinDir, r.pin = pd.Path, pd.Path, pd
+	}
+	r.hbm = netlab.HBM{Bin: o.Bin, PinDir: o.PinDir}
 	// BPF run-time statistics for as long as this fd is open: the kernel
 	// counts the enablers, so nothing global is left changed, even on a crash.
 	var statsNote string
@@ -177,10 +178,34 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 	if r.dctcp == "installed" {
 		if _, err := r.hbm.Run("cc", "remove", "dctcp"); err != nil {
 			r.logf("cc remove dctcp: %v", err)
+		} else if r.pin != nil {
+			r.pin.Unmark(markerDCTCP)
 		}
 	}
 	res.Meta.ElapsedSec = time.Since(r.started).Seconds()
 	return res, runErr
+}
+
+// markerDCTCP marks the eval's pin directory while HBM's BPF DCTCP it
+// installed is registered: a killed eval's is removed by the next one.
+const markerDCTCP = "installed-dctcp"
+
+// CleanupLeftovers removes what killed evals (and labs) left behind: their
+// namespaces (killing what runs inside), cgroups and pin directories, and
+// HBM's BPF DCTCP if one of them installed it. Those of live ones are left
+// alone, whichever PID namespace they run in.
+func CleanupLeftovers(log func(string, ...any)) {
+	netlab.Sweep(log)
+	netlab.SweepPinDirs(log, func(marker string) error {
+		if marker != markerDCTCP {
+			return nil
+		}
+		res, err := cc.Remove("dctcp", false)
+		if err == nil {
+			log("dctcp: %s", res.Detail)
+		}
+		return err
+	})
 }
 
 func execLookPath(name string) (string, error) {
@@ -220,11 +245,15 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, 
 		return runs
 	}
 	r.logf("%s: building %d hosts, %d links (%s)", s.Name, len(s.Hosts), len(s.Links), s.Description)
-	t, err := buildTopology(s, r.o.Bin, r.logf)
+	t, err := buildTopology(s, r.o.Bin)
 	if err != nil {
 		return fail(fmt.Errorf("topology: %w", err))
 	}
-	defer t.close()
+	defer func() {
+		if err := t.close(); err != nil {
+			r.logf("%s: cleanup: %v", s.Name, err)
+		}
+	}()
 	var eps []*endpoint
 	for _, fl := range s.Flows {
 		for _, src := range fl.From {
@@ -234,7 +263,7 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, 
 		}
 	}
 	for _, ep := range eps {
-		if _, err := t.startServer(s.HostOf(ep.to), ep.to, ep.port); err != nil {
+		if err := t.startServer(s.HostOf(ep.to), ep.to, ep.port); err != nil {
 			return fail(err)
 		}
 	}
@@ -337,11 +366,19 @@ func (r *runner) ccAvailable(base string) string {
 	if base == "dctcp" {
 		if r.dctcp == "" {
 			r.logf("dctcp: not in the kernel, installing HBM's BPF DCTCP (hbm cc install dctcp)")
-			if out, err := r.hbm.Run("cc", "install", "dctcp"); err != nil {
+			// Marked first: if this eval is killed, the next one removes it.
+			if r.pin != nil {
+				if err := r.pin.Mark(markerDCTCP); err != nil {
+					r.logf("dctcp: %v", err)
+				}
+			}
+			if _, err := r.hbm.Run("cc", "install", "dctcp"); err != nil {
 				r.dctcp = fmt.Sprintf("dctcp not installable: %v", err)
+				if r.pin != nil {
+					r.pin.Unmark(markerDCTCP)
+				}
 			} else {
 				r.dctcp = "installed"
-				_ = out
 			}
 		}
 		if slices.Contains(avail(), base) {
@@ -353,28 +390,25 @@ func (r *runner) ccAvailable(base string) string {
 	}
 	if _, err := os.Stat("/lib/modules"); err == nil {
 		// A module may load on first use (setsockopt does it for root).
-		if run("modprobe", "-q", "tcp_"+base) == nil && slices.Contains(avail(), base) {
+		if exec.Command("modprobe", "-q", "tcp_"+base).Run() == nil && slices.Contains(avail(), base) {
 			return ""
 		}
 	}
 	return fmt.Sprintf("congestion control %s not available (kernel offers: %s)", base, strings.Join(avail(), " "))
 }
 
-// client is one `hbm workload run --script` process.
+// client is one `hbm workload run --script` process: flow fl from src.
 type client struct {
-	fl    *Flow
-	src   string
-	p     *proc
-	stdin io.WriteCloser
-	lines chan string
+	fl  *Flow
+	src string
+	sc  *netlab.ScriptClient
 }
 
-func (t *topology) startClient(fl *Flow, src string, ep *endpoint, cc string, life time.Duration) (*client, error) {
+func (t *topology) startClient(ctx context.Context, fl *Flow, src string, ep *endpoint, cc string, life time.Duration) (*client, error) {
 	s := t.s
 	srcHost, dstHost := s.HostOf(src), s.HostOf(fl.To)
-	l := s.linkBetween(srcHost, dstHost)
-	addr := fmt.Sprintf("%s:%d", t.hosts[dstHost].addr[l.Name], ep.port)
-	args := []string{"workload", "run", "--connect", addr, "--duration", life.String(), "--script", "--hist", "--warmup", "0s"}
+	addr := fmt.Sprintf("%s:%d", t.addr(srcHost, dstHost), ep.port)
+	args := []string{"workload", "run", "--connect", addr, "--duration", life.String(), "--hist", "--warmup", "0s"}
 	switch fl.Kind {
 	case "stream":
 		args = append(args, "--streams", strconv.Itoa(fl.Count), "--rpc", "0")
@@ -388,61 +422,24 @@ func (t *topology) startClient(fl *Flow, src string, ep *endpoint, cc string, li
 	if cc != "" {
 		args = append(args, "--cc", cc)
 	}
-	pr, pw := io.Pipe()
-	inR, inW := io.Pipe()
-	p, err := t.start(srcHost, src, inR, pw, args...)
+	sc, err := t.lab.StartScriptClient(ctx, t.bin, srcHost, t.lab.Cgroup(src), args, true)
 	if err != nil {
 		return nil, err
 	}
-	c := &client{fl: fl, src: src, p: p, stdin: inW, lines: make(chan string, 4)}
-	go func() { <-p.done; pw.Close(); inR.Close() }()
-	go func() {
-		defer close(c.lines)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	return c, nil
+	return &client{fl: fl, src: src, sc: sc}, nil
 }
 
 func (c *client) next(ctx context.Context, timeout time.Duration) (string, error) {
-	tm := time.NewTimer(timeout)
-	defer tm.Stop()
-	select {
-	case line, ok := <-c.lines:
-		if !ok {
-			<-c.p.done
-			return "", fmt.Errorf("workload client %s from %s ended: %v: %s", c.fl.Name, c.src, c.p.err, lastLine(c.p.stderr.String()))
-		}
-		return line, nil
-	case <-ctx.Done():
-		return "", ctx.Err()
-	case <-tm.C:
-		return "", fmt.Errorf("workload client %s from %s silent for %v", c.fl.Name, c.src, timeout)
+	line, err := c.sc.Next(ctx, timeout)
+	if err != nil {
+		return "", fmt.Errorf("flow %s from %s: %w", c.fl.Name, c.src, err)
 	}
+	return line, nil
 }
 
-func (c *client) send(cmd string) error {
-	_, err := fmt.Fprintln(c.stdin, cmd)
-	return err
-}
+func (c *client) send(cmd string) error { return c.sc.Send(cmd) }
 
-func (c *client) stop() {
-	c.send("stop")
-	c.stdin.Close()
-	c.p.waitTimeout(5 * time.Second)
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	return s
-}
+func (c *client) stop() { c.sc.Close() }
 
 // startClients starts one client per flow and source and waits until all
 // are connected.
@@ -454,7 +451,7 @@ func (t *topology) startClients(ctx context.Context, eps []*endpoint, cc func(*F
 			if only != nil && !only(fl, src) {
 				continue
 			}
-			c, err := t.startClient(fl, src, findEndpoint(eps, fl.To, src), cc(fl), life)
+			c, err := t.startClient(ctx, fl, src, findEndpoint(eps, fl.To, src), cc(fl), life)
 			if err != nil {
 				stopAll(cs)
 				return nil, err
@@ -537,8 +534,8 @@ func (r *runner) calibrate(ctx context.Context, t *topology, eps []*endpoint, c 
 		return 0, "", errors.New("no flow from it")
 	}
 	probe := Flow{Name: "calibrate", Kind: "stream", Count: 3, From: StringSet{c.Name}, To: fl.To}
-	t.setAll("net.ipv4.tcp_ecn", "2")
-	cl, err := t.startClient(&probe, c.Name, findEndpoint(eps, fl.To, c.Name), "cubic", 30*time.Second)
+	t.lab.SysctlAll("net.ipv4.tcp_ecn", "2")
+	cl, err := t.startClient(ctx, &probe, c.Name, findEndpoint(eps, fl.To, c.Name), "cubic", 30*time.Second)
 	if err != nil {
 		return 0, "", err
 	}
@@ -573,7 +570,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	if ecn {
 		ecnVal = "1"
 	}
-	if err := t.setAll("net.ipv4.tcp_ecn", ecnVal); err != nil {
+	if err := t.lab.SysctlAll("net.ipv4.tcp_ecn", ecnVal); err != nil {
 		run.Error = err.Error()
 		return run
 	}
@@ -585,7 +582,12 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		run.Error = err.Error()
 		return run
 	}
-	shapedQ, undo, skip, err := r.applyLimiter(t, eps, lim)
+	limr, err := r.limiterFor(lim)
+	if err != nil {
+		run.Error = err.Error()
+		return run
+	}
+	shapedQ, undo, skip, err := limr.apply(t, eps)
 	defer undo()
 	if skip != "" || err != nil {
 		run.Skipped = skip
@@ -595,8 +597,8 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		return run
 	}
 	for _, b := range s.Bottlenecks {
-		tl := t.link(b.Link)
-		shapedQ = append(shapedQ, &shaped{name: fmt.Sprintf("bottleneck %s->%s", b.Link, b.To), ns: tl.sw, dev: tl.ports[b.To], kind: "tbf", rate: b.RateBps})
+		bl := t.lab.Link(b.Link)
+		shapedQ = append(shapedQ, &shaped{name: fmt.Sprintf("bottleneck %s->%s", b.Link, b.To), ns: bl.Switch, dev: bl.Ports[b.To], kind: "tbf", rate: b.RateBps})
 	}
 	ccOf := func(fl *Flow) string {
 		if fl.CC != "" {
@@ -618,7 +620,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	}
 
 	// Before the window.
-	var hbm0 map[string]testbed.Counters
+	var hbm0 map[string]jsonout.Direction
 	if lim == "hbm" {
 		if hbm0, err = hbmCounters(r.hbm); err != nil {
 			run.Error = "hbm show: " + err.Error()
@@ -642,7 +644,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		return func() {
 			for _, ds := range txDevs {
 				for _, k := range ds {
-					if n, err := readTxBytes(k.ns, k.dev); err == nil {
+					if n, err := netlab.TxBytes(k.ns, k.dev); err == nil {
 						into[k] = n
 					}
 				}
@@ -675,7 +677,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 			BacklogMax: max(q.maxBacklog, after.Backlog),
 		})
 	}
-	var hbm1 map[string]testbed.Counters
+	var hbm1 map[string]jsonout.Direction
 	if lim == "hbm" {
 		if hbm1, err = hbmCounters(r.hbm); err != nil {
 			run.Error = "hbm show: " + err.Error()
@@ -774,7 +776,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 			}
 		}
 		if lim == "hbm" {
-			k := t.cgRoot + "/" + g + "/" + grp.Dir
+			k := t.lab.CgroupPath(g) + "/" + grp.Dir
 			if a, ok := hbm1[k]; ok {
 				d := a.Sub(hbm0[k])
 				grp.WireBps = float64(d.Bytes) * 8 / wall
@@ -789,8 +791,6 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	}
 	return run
 }
-
-type devKey struct{ ns, dev string }
 
 // senderDevs maps each cgroup with an egress limit to the interfaces its
 // flows leave through, if it is the only group sending through them (so
@@ -809,15 +809,13 @@ func senderDevs(t *topology, eps []*endpoint) map[string][]devKey {
 				continue
 			}
 			ports = append(ports, ep.port)
-			h := t.hosts[c.Host]
-			l := s.linkBetween(c.Host, s.HostOf(ep.to))
-			if k := (devKey{h.ns, h.dev[l.Name]}); !slices.Contains(devs, k) {
+			if k := t.dev(c.Host, s.HostOf(ep.to)); !slices.Contains(devs, k) {
 				devs = append(devs, k)
 			}
 		}
 		exclusive := len(devs) > 0
 		for _, k := range devs {
-			exclusive = exclusive && onlySender(t, eps, k.dev, ports)
+			exclusive = exclusive && onlySender(t, eps, k, ports)
 		}
 		if exclusive {
 			out[c.Name] = devs
@@ -846,18 +844,17 @@ func (r *runner) captureRun(t *topology, run *result.Run, cc, lim string) (stop 
 	}
 	fl := &s.Flows[0]
 	src := s.HostOf(fl.From[0])
-	l := s.linkBetween(src, s.HostOf(fl.To))
-	h := t.hosts[src]
-	if l == nil || h == nil {
+	k := t.dev(src, s.HostOf(fl.To))
+	if k.dev == "" {
 		return func() {}
 	}
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(fmt.Sprintf("%03d-%s-%s-%s.pcap", r.done+1, s.Name, cc, lim)) // r.done+1: the run's number, unique over variants and repetitions
-	run.Capture = &result.Capture{File: filepath.Join(filepath.Base(r.o.CaptureDir), name), Host: src, Interface: h.dev[l.Name]}
-	if err := os.MkdirAll(r.o.CaptureDir, 0o755); err != nil {
+	run.Capture = &result.Capture{File: filepath.Join(filepath.Base(r.o.CaptureDir), name), Host: src, Interface: k.dev}
+	if err := mkdirNoFollow(r.o.CaptureDir); err != nil {
 		run.Capture.Error = err.Error()
 		return func() {}
 	}
-	c, err := analyze.StartCapture(h.ns, h.dev[l.Name], filepath.Join(r.o.CaptureDir, name), captureSnap, captureMax)
+	c, err := analyze.StartCapture(k.ns, k.dev, filepath.Join(r.o.CaptureDir, name), captureSnap, captureMax)
 	if err != nil {
 		run.Capture.Error = err.Error()
 		return func() {}
@@ -914,147 +911,6 @@ func sampleBacklog(qs []*shaped) (stop func()) {
 		}
 	}()
 	return func() { close(done); wg.Wait() }
-}
-
-// applyLimiter installs limiter lim for the scenario's cgroup limits. It
-// returns the qdiscs it installed, an undo function (always callable), and a
-// reason to skip the run or an error.
-func (r *runner) applyLimiter(t *topology, eps []*endpoint, lim string) (qs []*shaped, undo func(), skip string, err error) {
-	s := t.s
-	var undos []func()
-	undo = func() {
-		for i := len(undos) - 1; i >= 0; i-- {
-			undos[i]()
-		}
-	}
-	switch lim {
-	case "none":
-		return nil, undo, "", nil
-	case "hbm":
-		for _, c := range s.Cgroups {
-			path := t.cgRoot + "/" + c.Name
-			var extra []string
-			if c.MarkOnly {
-				extra = append(extra, "--no-drop")
-			}
-			extra = append(extra, c.HBMArgs...)
-			set := false
-			if c.EgressBps > 0 {
-				if _, err := r.hbm.Run(append([]string{"set", path, "--egress", rate.Rate(c.EgressBps).String()}, extra...)...); err != nil {
-					return nil, undo, "", fmt.Errorf("hbm set --egress: %w", err)
-				}
-				set = true
-				undos = append(undos, func() { r.hbm.Unset(path) })
-			}
-			if c.IngressBps > 0 {
-				if _, err := r.hbm.Run(append([]string{"set", path, "--ingress", rate.Rate(c.IngressBps).String()}, extra...)...); err != nil {
-					return nil, undo, fmt.Sprintf("hbm set --ingress failed (ingress limits not available in this hbm?): %v", err), nil
-				}
-				if !set {
-					undos = append(undos, func() { r.hbm.Unset(path) })
-				}
-			}
-		}
-		return nil, undo, "", nil
-	}
-	// htb and tbf: on the interface each limited group sends through,
-	// classified by the destination ports of its servers.
-	type cls struct {
-		rate  uint64
-		ports []int
-	}
-	devs := map[devKey][]*cls{}
-	var order []devKey
-	for _, c := range s.Cgroups {
-		if c.IngressBps > 0 {
-			return nil, undo, fmt.Sprintf("%s cannot limit ingress (no ifb here): only hbm limits %s's ingress", lim, c.Name), nil
-		}
-		if c.EgressBps == 0 {
-			continue
-		}
-		perDev := map[devKey]*cls{}
-		for _, ep := range eps {
-			if ep.src != c.Name {
-				continue
-			}
-			h := t.hosts[c.Host]
-			l := s.linkBetween(c.Host, s.HostOf(ep.to))
-			k := devKey{h.ns, h.dev[l.Name]}
-			if perDev[k] == nil {
-				perDev[k] = &cls{rate: c.EgressBps}
-				if _, ok := devs[k]; !ok {
-					order = append(order, k)
-				}
-				devs[k] = append(devs[k], perDev[k])
-			}
-			perDev[k].ports = append(perDev[k].ports, ep.port)
-		}
-	}
-	for _, k := range order {
-		classes := devs[k]
-		tc := func(args ...string) error { return run("tc", append([]string{"-n", k.ns}, args...)...) }
-		undos = append(undos, func() { tc("qdisc", "del", "dev", k.dev, "root") })
-		// Only one group sends through this device: the qdisc at the root, as
-		// an administrator would set it up.
-		single := len(classes) == 1 && onlySender(t, eps, k.dev, classes[0].ports)
-		rateS := func(b uint64) string { return strconv.FormatUint(b, 10) + "bit" }
-		var err error
-		switch {
-		case single && lim == "tbf":
-			err = tc("qdisc", "replace", "dev", k.dev, "root", "tbf", "rate", rateS(classes[0].rate),
-				"burst", strconv.Itoa(tbfBurst(classes[0].rate)), "latency", "10ms")
-		case single && lim == "htb":
-			if err = tc("qdisc", "replace", "dev", k.dev, "root", "handle", "1:", "htb", "default", "1"); err == nil {
-				err = tc("class", "add", "dev", k.dev, "parent", "1:", "classid", "1:1", "htb", "rate", rateS(classes[0].rate), "ceil", rateS(classes[0].rate))
-			}
-		default:
-			err = tc("qdisc", "replace", "dev", k.dev, "root", "handle", "1:", "htb")
-			for i, c := range classes {
-				id := strconv.Itoa(10 + i)
-				if err != nil {
-					break
-				}
-				if lim == "htb" {
-					err = tc("class", "add", "dev", k.dev, "parent", "1:", "classid", "1:"+id, "htb", "rate", rateS(c.rate), "ceil", rateS(c.rate))
-				} else {
-					err = tc("class", "add", "dev", k.dev, "parent", "1:", "classid", "1:"+id, "htb", "rate", "100gbit", "ceil", "100gbit")
-					if err == nil {
-						err = tc("qdisc", "add", "dev", k.dev, "parent", "1:"+id, "handle", id+":", "tbf", "rate", rateS(c.rate),
-							"burst", strconv.Itoa(tbfBurst(c.rate)), "latency", "10ms")
-					}
-				}
-				for _, p := range c.ports {
-					if err == nil {
-						err = tc("filter", "add", "dev", k.dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-							"match", "ip", "dport", strconv.Itoa(p), "0xffff", "flowid", "1:"+id)
-					}
-				}
-			}
-		}
-		if err != nil {
-			return nil, undo, "", fmt.Errorf("install %s: %w", lim, err)
-		}
-		var sum uint64
-		for _, c := range classes {
-			sum += c.rate
-		}
-		host := strings.TrimPrefix(k.ns, t.id+"-")
-		qs = append(qs, &shaped{name: lim + "@" + host, ns: k.ns, dev: k.dev, kind: lim, rate: sum})
-	}
-	return qs, undo, "", nil
-}
-
-// onlySender reports whether every endpoint reached through dev is one of
-// ports (no other group's traffic leaves through it).
-func onlySender(t *topology, eps []*endpoint, dev string, ports []int) bool {
-	for _, ep := range eps {
-		srcHost := t.s.HostOf(ep.src)
-		l := t.s.linkBetween(srcHost, t.s.HostOf(ep.to))
-		if t.hosts[srcHost].dev[l.Name] == dev && !slices.Contains(ports, ep.port) {
-			return false
-		}
-	}
-	return true
 }
 
 // runLine is a run's progress line.
@@ -1147,7 +1003,10 @@ func meta(o Options) result.Meta {
 	return m
 }
 
-// WriteFiles writes dir/results.json, dir/report.md and dir/report.html.
+// WriteFiles writes dir/results.json, dir/report.md and dir/report.html
+// (dir is created if missing). Each file is written through a temporary
+// one renamed over it: a symbolic link placed in dir is replaced, never
+// followed.
 func WriteFiles(dir string, res *result.Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -1156,29 +1015,17 @@ func WriteFiles(dir string, res *result.Results) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeFileNoFollow(dir, "results.json", func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	}); err != nil {
 		return err
 	}
 	perRun := captureCharts(dir)
-	for name, w := range map[string]func(io.Writer, *result.Results) error{
-		"report.md": report.WriteMarkdown,
-		"report.html": func(w io.Writer, r *result.Results) error {
-			return report.WriteHTMLPerRun(w, r, perRun)
-		},
-	} {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		werr := w(f, res)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			return fmt.Errorf("%s: %w", name, werr)
-		}
+	if err := writeFileNoFollow(dir, "report.md", func(w io.Writer) error { return report.WriteMarkdown(w, res) }); err != nil {
+		return err
 	}
-	return nil
+	return writeFileNoFollow(dir, "report.html", func(w io.Writer) error { return report.WriteHTMLPerRun(w, res, perRun) })
 }
 
 // captureCharts draws the per-round-trip charts of a run's capture (hbm

@@ -33,9 +33,6 @@ import (
 //go:embed scenarios/*.yaml
 var builtinFS embed.FS
 
-// Limiters an eval knows.
-var Limiters = []string{"hbm", "htb", "tbf", "none"}
-
 // DefaultCCs are the congestion controls a scenario runs when it names none.
 var DefaultCCs = []string{"cubic", "cubic-ecn", "dctcp", "bbr"}
 
@@ -334,6 +331,22 @@ func parseDuration(field, s string, def time.Duration) (time.Duration, error) {
 // a kernel name, optionally with "-ecn" (ECN on in every host).
 func ValidCC(name string) bool { return validCC(name) }
 
+// CanonicalCC returns a congestion control's eval spelling: "cubic+ecn"
+// (the old benchmark scripts' spelling) is accepted as an alias of
+// "cubic-ecn"; every other name is returned as it is.
+func CanonicalCC(name string) string {
+	if base, ok := strings.CutSuffix(name, "+ecn"); ok {
+		return base + "-ecn"
+	}
+	return name
+}
+
+func canonicalCCs(ccs []string) {
+	for i := range ccs {
+		ccs[i] = CanonicalCC(ccs[i])
+	}
+}
+
 func validCC(name string) bool {
 	base, _ := strings.CutSuffix(name, "-ecn")
 	return ccRE.MatchString(base)
@@ -365,6 +378,7 @@ func (s *Scenario) validate() error {
 	if len(s.Limiters) == 0 {
 		s.Limiters = slices.Clone(Limiters)
 	}
+	canonicalCCs(s.CCs)
 	if err := checkLists("", s.CCs, s.Limiters); err != nil {
 		return err
 	}
@@ -381,6 +395,7 @@ func (s *Scenario) validate() error {
 	if q.DurationD < 500*time.Millisecond || q.WarmupD < 0 {
 		return ferr("quick.duration", "too short (at least 500ms)")
 	}
+	canonicalCCs(q.CCs)
 	if err := checkLists("quick.", q.CCs, q.Limiters); err != nil {
 		return err
 	}
@@ -591,6 +606,7 @@ func (s *Scenario) validate() error {
 		if fl.Count < 0 || fl.Count > MaxCount {
 			return ferr(f+".count", "%d out of range 1..%d", fl.Count, MaxCount)
 		}
+		fl.CC = CanonicalCC(fl.CC)
 		if fl.CC != "" && !validCC(fl.CC) {
 			return ferr(f+".cc", "bad congestion control %q", fl.CC)
 		}

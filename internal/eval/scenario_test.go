@@ -3,6 +3,7 @@ package eval
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,7 +97,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams rpc-alone-200m rpc-sep-200m"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -137,6 +138,11 @@ func TestBuiltins(t *testing.T) {
 	tc := bs[8]
 	if tc.Flows[0].CC != "cubic" || tc.Flows[2].CC != "bbr" || tc.Cgroup("gcubic").EgressBps != 500e6 || tc.Cgroup("gbbr").EgressBps != 500e6 {
 		t.Errorf("two-ccs: %+v", tc.Flows)
+	}
+	is := bs[slices.Index(names, "incast-streams")]
+	if is.Flows[0].Kind != "stream" || is.Flows[0].Count != 2 || len(is.Flows[0].From) != 4 || is.Flows[1].SizeBytes != 10<<10 ||
+		is.Cgroup("server").IngressBps != 1.8e9 || !is.Cgroup("server").MarkOnly {
+		t.Errorf("incast-streams: %+v %+v", is.Flows, is.Cgroup("server"))
 	}
 }
 
@@ -252,7 +258,24 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 10 {
+	if err != nil || len(all) != 13 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
+	}
+}
+
+// "cubic+ecn" (the old benchmark scripts' spelling) is an alias of
+// "cubic-ecn", in a scenario's lists and its flows.
+func TestCCAlias(t *testing.T) {
+	src := strings.Replace(strings.Replace(goodScenario, "ccs: [cubic, bbr-ecn]", "ccs: [cubic+ecn, bbr]", 1),
+		"cc: reno}", "cc: reno+ecn}", 1)
+	s, err := Parse("alias.yaml", strings.NewReader(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CCs[0] != "cubic-ecn" || s.CCs[1] != "bbr" || s.Flows[1].CC != "reno-ecn" {
+		t.Errorf("ccs %v, flow cc %q: want cubic-ecn, bbr and reno-ecn", s.CCs, s.Flows[1].CC)
+	}
+	if CanonicalCC("dctcp") != "dctcp" || CanonicalCC("cubic-ecn") != "cubic-ecn" {
+		t.Error("CanonicalCC changed a canonical name")
 	}
 }

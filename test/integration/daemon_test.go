@@ -33,7 +33,8 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -161,8 +162,8 @@ func nsHTTP(t *testing.T, ns string) *http.Client {
 type dmnLab struct {
 	t       *testing.T
 	bin     string
-	tb      *testbed.Testbed
-	hbm     testbed.HBM
+	tb      *netlab.Pair
+	hbm     netlab.HBM
 	pinDir  string
 	top     string // the test's cgroup tree (a slice, so units are found in it)
 	mnt     string
@@ -185,20 +186,12 @@ func newDmnLab(t *testing.T) *dmnLab {
 	}
 	bin := testutil.HBMBinary(t)
 	l := &dmnLab{t: t, bin: bin, pinDir: "/sys/fs/bpf/hbm-test-" + dmnName, top: "/hbm-test-" + dmnName + ".slice", mnt: mnt}
-	l.hbm = testbed.HBM{Bin: bin, PinDir: l.pinDir}
-	tb, err := testbed.New(dmnName, testbed.Options{})
-	if err != nil {
-		t.Fatalf("testbed: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Close(); err != nil {
-			t.Errorf("testbed close: %v", err)
-		}
-	})
+	l.hbm = netlab.HBM{Bin: bin, PinDir: l.pinDir}
+	tb := labtest.Pair(t)
 	l.tb = tb
 	l.reset()
 	t.Cleanup(l.reset) // runs before the testbed's close: processes first
-	if _, err := tb.StartServer(bin, testbed.ServerPort); err != nil {
+	if _, err := tb.StartServer(bin, netlab.ServerPort); err != nil {
 		t.Fatal(err)
 	}
 	l.cfgPath = filepath.Join(t.TempDir(), "hbm.yaml")
@@ -406,7 +399,7 @@ scrape_configs:
 	}
 
 	// The limit holds on real traffic, and Prometheus sees the bytes rise.
-	cfg := workload.Config{Addr: l.tb.ReceiverAddr(testbed.ServerPort, false), Streams: 3, Duration: 120 * time.Second, CC: "cubic"}
+	cfg := workload.Config{Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: 3, Duration: 120 * time.Second, CC: "cubic"}
 	c, err := l.tb.StartScriptClient(l.bin, wDir, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -546,7 +539,7 @@ func TestDaemonKilledMidPass(t *testing.T) {
 		testutil.Missing(t, "cgroup2", err)
 	}
 	l := &dmnLab{t: t, bin: testutil.HBMBinary(t), pinDir: "/sys/fs/bpf/hbm-test-dmnkill", top: "/hbm-test-dmnkill", mnt: mnt}
-	l.hbm = testbed.HBM{Bin: l.bin, PinDir: l.pinDir}
+	l.hbm = netlab.HBM{Bin: l.bin, PinDir: l.pinDir}
 	l.cfgPath = filepath.Join(t.TempDir(), "hbm.yaml")
 	l.reset()
 	t.Cleanup(l.reset)

@@ -20,7 +20,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/jsonout"
+	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -351,27 +352,27 @@ func TestCCRemoveWhileInUse(t *testing.T) {
 // ends, and a Linux listener accepts ECN on a DCTCP (ECT-marked) SYN only
 // if its own congestion control needs ECN. The workload server sets no
 // congestion control, so the receiver's route to the sender carries
-// `congctl dctcp` (testbed.RouteCC).
+// `congctl dctcp` (netlab.RouteCC).
 func dctcpLab(t *testing.T, name string) *egLab {
 	t.Helper()
 	ccIsolate(t)
 	ccOK(t, "cc", "install", "dctcp")
 	l := egSetup(t, name)
-	if err := l.tb.RouteCC(l.tb.ReceiverNS, l.tb.ReceiverDev, "dctcp"); err != nil {
+	if err := l.tb.RouteCC(netlab.Receiver, "dctcp"); err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
 
 // egressCounters returns group's egress counters (zero if none).
-func egressCounters(t *testing.T, l *egLab, group string) testbed.Counters {
+func egressCounters(t *testing.T, l *egLab, group string) jsonout.Direction {
 	t.Helper()
 	c, err := l.hbm.Egress(group)
 	if err != nil {
 		t.Fatalf("hbm show --json: %v", err)
 	}
 	if c == nil {
-		return testbed.Counters{}
+		return jsonout.Direction{}
 	}
 	return *c
 }
@@ -401,8 +402,12 @@ func TestDCTCPEgressLimit(t *testing.T) {
 				t.Errorf("%d retransmissions in %d packets, want at most 1 in 10,000", r.Retransmits, d.Packets)
 			}
 			// Marks are not required: HBM's pacing assist may hold the
-			// flows below the mark threshold on its own.
+			// flows below the mark threshold on its own. But HBM is the
+			// only thing that can set CE here: echoes need its marks.
 			t.Logf("hbm marked %d packets, senders saw %d CE echoes", d.Marked, r.DeliveredCE)
+			if r.DeliveredCE > 0 && d.Marked == 0 {
+				t.Errorf("senders saw %d CE echoes but HBM marked nothing: CE from nowhere", r.DeliveredCE)
+			}
 		})
 	}
 }
@@ -449,7 +454,7 @@ func TestDCTCPAlphaUnderHBM(t *testing.T) {
 	defer l.hbm.Unset(group)
 
 	cfg := workload.Config{
-		Addr: l.tb.ReceiverAddr(testbed.ServerPort, false), Streams: egStreams,
+		Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams,
 		Warmup: time.Second, Duration: 7 * time.Second, CC: "dctcp",
 	}
 	done := make(chan error, 1)
@@ -515,7 +520,7 @@ func TestDCTCPCubicShare(t *testing.T) {
 		t.Run(rate, func(t *testing.T) {
 			l.set(t, group, rate)
 			defer l.hbm.Unset(group)
-			limit, _ := testbed.ParseRate(rate)
+			limit, _ := netlab.ParseRate(rate)
 			type res struct {
 				r   *workload.Result
 				err error
@@ -523,7 +528,7 @@ func TestDCTCPCubicShare(t *testing.T) {
 			results := map[string]chan res{"dctcp": make(chan res, 1), "cubic": make(chan res, 1)}
 			for cc, ch := range results {
 				cfg := workload.Config{
-					Addr: l.tb.ReceiverAddr(testbed.ServerPort, false), Streams: egStreams,
+					Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams,
 					Warmup: egWarmup, Duration: egDuration, CC: cc,
 				}
 				go func() {

@@ -155,7 +155,9 @@ func (l *execLab) gone(g string) bool {
 }
 
 // The command prints its cgroup (the unified hierarchy's line), its pid,
-// then runs the rest of the script.
+// then runs the rest of the script. The tests signal the command as soon as
+// they have read its pid: whatever the command must have done before it
+// is signalled (a trap) goes before the prelude.
 const execPrelude = `grep '^0::' /proc/self/cgroup; echo $$; `
 
 func TestExecStatusAndCleanup(t *testing.T) {
@@ -203,8 +205,10 @@ func TestExecStatusAndCleanup(t *testing.T) {
 func TestExecSignals(t *testing.T) {
 	l := newExecLab(t)
 	// A command that handles SIGTERM: hbm passes it on and exits with the
-	// command's status.
-	cmd, r := l.start("--egress", "100mbit", "--", "sh", "-c", execPrelude+`trap 'exit 42' TERM; while :; do sleep 0.05; done`)
+	// command's status. The trap is set before the prelude announces the
+	// command: the signal is sent once the pid is read, and a SIGTERM that
+	// came before the trap would kill sh instead.
+	cmd, r := l.start("--egress", "100mbit", "--", "sh", "-c", `trap 'exit 42' TERM; `+execPrelude+`while :; do sleep 0.05; done`)
 	g := l.groupOf(r)
 	l.line(r)
 	syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
 
@@ -30,9 +30,9 @@ const (
 
 // wireWindow runs one measurement window of client c and returns its result
 // and the frames the sender transmitted during it, as a share of rate.
-func wireWindow(t *testing.T, l *egLab, c *testbed.ScriptClient, name, rate string, d time.Duration) (*workload.Result, float64) {
+func wireWindow(t *testing.T, l *egLab, c *netlab.ScriptClient, name, rate string, d time.Duration) (*workload.Result, float64) {
 	t.Helper()
-	limit, err := testbed.ParseRate(rate)
+	limit, err := netlab.ParseRate(rate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,10 +57,10 @@ func wireWindow(t *testing.T, l *egLab, c *testbed.ScriptClient, name, rate stri
 
 // startLoad starts a script client of streams bulk streams and rpcs 10 KB
 // RPC loops in dir, stopped at cleanup.
-func startLoad(t *testing.T, l *egLab, dir, cc string, streams, rpcs int) *testbed.ScriptClient {
+func startLoad(t *testing.T, l *egLab, dir, cc string, streams, rpcs int) *netlab.ScriptClient {
 	t.Helper()
 	cfg := workload.Config{
-		Addr: l.tb.ReceiverAddr(testbed.ServerPort, false), Streams: streams, RPCs: rpcs,
+		Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: streams, RPCs: rpcs,
 		Duration: 60 * time.Second, CC: cc,
 	}
 	c, err := l.tb.StartScriptClient(l.bin, dir, cfg)

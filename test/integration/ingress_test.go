@@ -1,6 +1,6 @@
 package integration
 
-// Ingress limits end to end: an incast testbed (internal/testbed/incast.go)
+// Ingress limits end to end: an incast lab (internal/netlab/incast.go)
 // of sender namespaces into one receiver through a bridge whose port to the
 // receiver is the bottleneck, with the receiver's server in a cgroup limited
 // with the hbm binary.
@@ -18,7 +18,9 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/eval/result"
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/jsonout"
+	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -26,20 +28,20 @@ import (
 const (
 	inWarmup   = 2 * time.Second
 	inDuration = 5 * time.Second
-	inPort     = testbed.ServerPort
+	inPort     = netlab.ServerPort
 )
 
 // inLab is an incast testbed with a workload server in the test's cgroup
 // /hbm-test-NAME/r, all removed at cleanup (after hbm unset), also on failure.
 type inLab struct {
-	in    *testbed.Incast
-	hbm   testbed.HBM
+	in    *netlab.Incast
+	hbm   netlab.HBM
 	bin   string
 	group string // the receiver's group, relative to the cgroup2 mount
 	dir   string // ... its directory
 }
 
-func inSetup(t *testing.T, name string, opts testbed.IncastOptions) *inLab {
+func inSetup(t *testing.T, name string, opts netlab.IncastOptions) *inLab {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: integration test (root, namespaces, BPF, real traffic)")
@@ -57,18 +59,9 @@ func inSetup(t *testing.T, name string, opts testbed.IncastOptions) *inLab {
 	if _, err := cgroup.Mount(); err != nil {
 		testutil.Missing(t, "cgroup2", err)
 	}
-	l := &inLab{hbm: testbed.HBM{Bin: bin}, bin: bin, group: "/hbm-test-" + name + "/r"}
-	// The testbed first: it locks the name (and removes a crashed run's
-	// namespaces), so a concurrent run of the same test waits.
-	in, err := testbed.NewIncast(name, opts)
-	if err != nil {
-		t.Fatalf("incast testbed: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := in.Close(); err != nil {
-			t.Errorf("testbed close: %v", err)
-		}
-	})
+	l := &inLab{hbm: netlab.HBM{Bin: bin}, bin: bin, group: "/hbm-test-" + name + "/r"}
+	// The lab first (it also removes a killed run's namespaces).
+	in := labtest.Incast(t, opts)
 	l.in = in
 	top := "/hbm-test-" + name
 	removeGroup := func() {
@@ -117,7 +110,7 @@ func (l *inLab) ccSetup(t *testing.T, ccName string) string {
 		t.Fatal(err)
 	}
 	err := l.in.SetReceiverCC(rcc)
-	if err != nil && rcc == "dctcp" && strings.Contains(err.Error(), "Unknown tcp congestion") {
+	if err != nil && rcc == "dctcp" && !ccHas("dctcp") {
 		// HBM's dctcp is machine-wide: another test may have just removed
 		// it. Install it again (idempotent) and retry once.
 		exec.Command(l.bin, "cc", "install", "dctcp").Run()
@@ -136,14 +129,14 @@ func ccHas(name string) bool {
 
 // run runs the workload from every sender and logs what it measured, with
 // the ingress counters of the receiver's group when limited.
-func (l *inLab) run(t *testing.T, label string, cfg workload.Config) (*testbed.IncastResult, *testbed.Counters) {
+func (l *inLab) run(t *testing.T, label string, cfg workload.Config) (*netlab.IncastResult, *jsonout.Direction) {
 	t.Helper()
-	return l.runJobs(t, label, []testbed.IncastJob{{Cfg: cfg, Port: inPort}})
+	return l.runJobs(t, label, []netlab.IncastJob{{Cfg: cfg, Port: inPort}})
 }
 
 // runJobs is run with several client configurations at once, each to its
 // own server port.
-func (l *inLab) runJobs(t *testing.T, label string, jobs []testbed.IncastJob) (*testbed.IncastResult, *testbed.Counters) {
+func (l *inLab) runJobs(t *testing.T, label string, jobs []netlab.IncastJob) (*netlab.IncastResult, *jsonout.Direction) {
 	t.Helper()
 	cfg := jobs[0].Cfg
 	before, _ := l.hbm.Ingress(l.group)
@@ -151,7 +144,7 @@ func (l *inLab) runJobs(t *testing.T, label string, jobs []testbed.IncastJob) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d *testbed.Counters
+	var d *jsonout.Direction
 	hbmLine := ""
 	if after, err := l.hbm.Ingress(l.group); err == nil && after != nil && before != nil {
 		x := after.Sub(*before)
@@ -188,7 +181,7 @@ func (l *inLab) runJobs(t *testing.T, label string, jobs []testbed.IncastJob) (*
 // HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged).
 func TestIngressIncast(t *testing.T) {
 	const bottleneck = 2_000_000_000
-	l := inSetup(t, "ingincast", testbed.IncastOptions{Senders: 4, Rate: bottleneck, Buffer: 128 << 10})
+	l := inSetup(t, "ingincast", netlab.IncastOptions{Senders: 4, Rate: bottleneck, Buffer: 128 << 10})
 	runs := 1
 	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
@@ -214,7 +207,7 @@ func TestIngressIncast(t *testing.T) {
 		}
 	}
 	type stats struct{ drops, retrans, p99, p50, good []float64 }
-	add := func(st *stats, r *testbed.IncastResult) {
+	add := func(st *stats, r *netlab.IncastResult) {
 		st.drops = append(st.drops, float64(r.Drops))
 		st.retrans = append(st.retrans, float64(r.Retransmits))
 		st.p99 = append(st.p99, r.RPCP99)
@@ -228,11 +221,11 @@ func TestIngressIncast(t *testing.T) {
 		t.Run(ccName, func(t *testing.T) {
 			cc := l.ccSetup(t, ccName)
 			cfg := workload.Config{Streams: 2, RPCs: 1, RPCSize: 10 << 10, Warmup: inWarmup, Duration: inDuration, CC: cc}
-			jobs := []testbed.IncastJob{{Cfg: cfg, Port: inPort}}
+			jobs := []netlab.IncastJob{{Cfg: cfg, Port: inPort}}
 			if !oneProc {
 				bulk, rpc := cfg, cfg
 				bulk.RPCs, rpc.Streams = 0, 0
-				jobs = []testbed.IncastJob{{Cfg: bulk, Port: inPort}, {Cfg: rpc, Port: inPort + 1}}
+				jobs = []netlab.IncastJob{{Cfg: bulk, Port: inPort}, {Cfg: rpc, Port: inPort + 1}}
 			}
 			var none, with stats
 			var marked, dropped uint64
@@ -303,7 +296,7 @@ func TestIngressIncast(t *testing.T) {
 // RTT (tens of microseconds) no receiver-side mechanism holds a TCP flow
 // below about two segments per RTT, about 1 Gbit/s per flow (docs/design.md).
 func TestIngressLimit(t *testing.T) {
-	l := inSetup(t, "inglim", testbed.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
+	l := inSetup(t, "inglim", netlab.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
 	const rate = "2gbit"
 	for _, ccName := range []string{"cubic+ecn", "dctcp"} {
 		t.Run(ccName, func(t *testing.T) {
@@ -317,7 +310,7 @@ func TestIngressLimit(t *testing.T) {
 			if c == nil {
 				t.Fatal("hbm show --json lists no ingress limit for the receiver's group")
 			}
-			limit, _ := testbed.ParseRate(rate)
+			limit, _ := netlab.ParseRate(rate)
 			if ratio := r.Goodput / float64(limit); ratio < 0.80 || ratio > 0.97 {
 				t.Errorf("goodput %.1f Mbit/s is %.3f of the %s limit, want [0.80, 0.97]", r.Goodput/1e6, ratio, rate)
 			} else {
@@ -339,7 +332,7 @@ func TestIngressCLI(t *testing.T) {
 	if _, err := cgroup.Mount(); err != nil {
 		testutil.Missing(t, "cgroup2", err)
 	}
-	h := testbed.HBM{Bin: bin}
+	h := netlab.HBM{Bin: bin}
 	const top, group = "/hbm-test-ingcli", "/hbm-test-ingcli/g"
 	h.Unset(group)
 	cgroup.Remove(top)
@@ -367,7 +360,7 @@ func TestIngressCLI(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("show --json: exit %d: %s", code, out)
 		}
-		var st []testbed.GroupStatus
+		var st []jsonout.Group
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("show --json: %v: %s", err, out)
 		}
@@ -448,7 +441,7 @@ func TestIngressCLI(t *testing.T) {
 // set` flags (e.g. --no-pace) and HBM_INGRESS_SWEEP_CELLS=rate/cc/N,...
 // runs only those cells (e.g. 2gbit/dctcp/1).
 func TestIngressLimitSweep(t *testing.T) {
-	l := inSetup(t, "ingsweep", testbed.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
+	l := inSetup(t, "ingsweep", netlab.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
 	runs, warm, dur := 1, time.Second, 2*time.Second
 	if v := os.Getenv("HBM_INGRESS_SWEEP_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
@@ -466,7 +459,7 @@ func TestIngressLimitSweep(t *testing.T) {
 		t.Run(ccName, func(t *testing.T) {
 			cc := l.ccSetup(t, ccName)
 			for _, rate := range []string{"500mbit", "1gbit", "2gbit"} {
-				limit, _ := testbed.ParseRate(rate)
+				limit, _ := netlab.ParseRate(rate)
 				for _, n := range []int{1, 4, 16} {
 					cell := fmt.Sprintf("%s/%s/%d", rate, ccName, n)
 					if len(only) > 0 && !only[cell] {

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
@@ -135,21 +136,10 @@ func (l *kLab) must(args ...string) string {
 	return r.out
 }
 
-// showEntry is one group of `hbm show --json`.
-type showEntry struct {
-	Cgroup   string `json:"cgroup"`
-	CgroupID uint64 `json:"cgroup_id"`
-	Removed  bool   `json:"removed"`
-	Egress   *struct {
-		RateBps  uint64 `json:"rate_bps"`
-		Enforced bool   `json:"enforced"`
-	} `json:"egress"`
-}
-
-func (l *kLab) show() []showEntry {
+func (l *kLab) show() []jsonout.Group {
 	l.t.Helper()
 	out := l.must("show", "--json")
-	var es []showEntry
+	var es []jsonout.Group
 	if err := json.Unmarshal([]byte(out), &es); err != nil {
 		l.t.Fatalf("hbm show --json: %v: %q", err, out)
 	}

@@ -10,7 +10,6 @@ package k8s
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
-	"github.com/hbm-dev/hbm/internal/testbed"
+	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/netlab/labtest"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -48,7 +48,7 @@ type lab struct {
 	c      *cluster
 	bin    string
 	pinDir string
-	hbm    testbed.HBM
+	hbm    netlab.HBM
 	kc     string // the daemon's kubeconfig (the hbm service account's token)
 }
 
@@ -62,7 +62,7 @@ func newLab(t *testing.T) *lab {
 		testutil.Missing(t, "cgroup2", err)
 	}
 	l := &lab{t: t, bin: testutil.HBMBinary(t), pinDir: "/sys/fs/bpf/hbm-test-" + e2eName}
-	l.hbm = testbed.HBM{Bin: l.bin, PinDir: l.pinDir}
+	l.hbm = netlab.HBM{Bin: l.bin, PinDir: l.pinDir}
 	l.reset()
 	t.Cleanup(l.reset) // registered before the processes: runs after they are killed
 	l.c = startCluster(t)
@@ -217,21 +217,19 @@ func (l *lab) expectRates(what string, want map[string]uint64, within time.Durat
 // enforced reads hbm show --json's "enforced" for the group and direction.
 func (l *lab) enforced(group, dir string) bool {
 	l.t.Helper()
-	out, err := l.hbm.Run("show", "--json")
+	st, err := l.hbm.Show()
 	if err != nil {
 		l.t.Fatalf("hbm show: %v", err)
 	}
-	var st []map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		l.t.Fatalf("hbm show --json: %v", err)
-	}
 	for _, g := range st {
-		var name string
-		json.Unmarshal(g["cgroup"], &name)
-		var d struct{ Enforced bool }
-		if name == group && json.Unmarshal(g[dir], &d) == nil {
-			return d.Enforced
+		if g.Cgroup != group {
+			continue
 		}
+		d := g.Egress
+		if dir == "ingress" {
+			d = g.Ingress
+		}
+		return d != nil && d.Enforced
 	}
 	return false
 }
@@ -312,7 +310,7 @@ const egLow, egHigh = 0.85, 0.99
 
 // window measures the client's goodput for 2 s and checks it lies within
 // [0.85, 0.99] of rate (the integration tests' bounds for 3 cubic streams).
-func window(t *testing.T, c *testbed.ScriptClient, name string, rate float64) {
+func window(t *testing.T, c *netlab.ScriptClient, name string, rate float64) {
 	t.Helper()
 	r, err := c.Window(context.Background(), name, 2*time.Second)
 	if err != nil {
@@ -330,19 +328,8 @@ func window(t *testing.T, c *testbed.ScriptClient, name string, rate float64) {
 // step depends on the one before.
 func TestKubernetes(t *testing.T) {
 	l := newLab(t)
-	for _, c := range []string{"ip", "tc"} {
-		testutil.RequireCommand(t, c)
-	}
-	tb, err := testbed.New(e2eName, testbed.Options{})
-	if err != nil {
-		t.Fatalf("testbed: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Close(); err != nil {
-			t.Errorf("testbed close: %v", err)
-		}
-	})
-	if _, err := tb.StartServer(l.bin, testbed.ServerPort); err != nil {
+	tb := labtest.Pair(t)
+	if _, err := tb.StartServer(l.bin, netlab.ServerPort); err != nil {
 		t.Fatal(err)
 	}
 	cg := func(qos corev1.PodQOSClass, p *corev1.Pod) string { return podCgroup(sdRoot, true, qos, p.UID) }
@@ -377,7 +364,7 @@ func TestKubernetes(t *testing.T) {
 	l.expectEvent("bad", "quantities must match the regular expression")
 
 	// Enforced on real traffic from a process in the pod's cgroup.
-	cfg := workload.Config{Addr: tb.ReceiverAddr(testbed.ServerPort, false), Streams: 3, Duration: 120 * time.Second, CC: "cubic"}
+	cfg := workload.Config{Addr: tb.ReceiverAddr(netlab.ServerPort, false), Streams: 3, Duration: 120 * time.Second, CC: "cubic"}
 	client, err := tb.StartScriptClient(l.bin, webG.Dir, cfg)
 	if err != nil {
 		t.Fatal(err)

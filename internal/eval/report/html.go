@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"html/template"
 	"io"
 	"math"
@@ -130,6 +131,65 @@ func WriteHTMLPerRun(w io.Writer, r *result.Results, perRun PerRun) error {
 	return page.Execute(w, data)
 }
 
+// runLabels are the x labels of runs: congestion control over limiter.
+func runLabels(runs []*result.Run) []string {
+	var labels []string
+	for _, run := range runs {
+		labels = append(labels, run.CC+"\n"+run.Limiter)
+	}
+	return labels
+}
+
+// goodputChart is the goodput of runs, all classes and each.
+func (s *scenario) goodputChart(title string, runs []*result.Run) barChart {
+	all := series{Name: "all"}
+	for _, run := range runs {
+		all.Values = append(all.Values, goodput(run))
+	}
+	c := barChart{Title: title, Groups: runLabels(runs), Format: fmtRate, Series: []series{all}}
+	for _, k := range s.Classes {
+		sr := series{Name: k}
+		for _, run := range runs {
+			v := math.NaN()
+			if cl := s.class(run, k); cl != nil {
+				v = cl.GoodputBps
+			}
+			sr.Values = append(sr.Values, v)
+		}
+		c.Series = append(c.Series, sr)
+	}
+	return c
+}
+
+// shareChart is each limited group's goodput over its limit (nil when no
+// group of runs has a limit).
+func (s *scenario) shareChart(runs []*result.Run) *barChart {
+	c := &barChart{Title: "Goodput / limit per group", Groups: runLabels(runs), Format: fmtRatio,
+		Refs: []ref{{1, "limit"}}}
+	any := false
+	for _, g := range s.Groups {
+		sr := series{Name: g}
+		for _, run := range runs {
+			v := math.NaN()
+			for _, rg := range run.Groups {
+				if rg.Name == g && rg.LimitBps > 0 {
+					v = rg.GoodputBps / float64(rg.LimitBps)
+					any = true
+				}
+			}
+			sr.Values = append(sr.Values, v)
+		}
+		c.Series = append(c.Series, sr)
+	}
+	if !any {
+		return nil
+	}
+	return c
+}
+
+// fmtRatio prints a share of a limit.
+func fmtRatio(v float64) string { return fmt.Sprintf("%.2f", v) }
+
 // charts draws a scenario's completed runs, one cluster of bars per run.
 func (s *scenario) charts() []template.HTML {
 	if len(s.Done) == 0 {
@@ -159,18 +219,39 @@ func (s *scenario) charts() []template.HTML {
 		return out
 	}
 
-	rate := barChart{Title: "Goodput per class", Groups: labels, Format: fmtRate,
-		Series: append([]series{perRun("all", goodput)}, perClass(s.Classes, func(c *result.Class) float64 { return c.GoodputBps })...)}
-	seen := map[uint64]bool{}
+	// Goodput: an unlimited run (tens of Gbit/s) would flatten every limited
+	// bar, so limited runs get their own chart, with their limits, and a
+	// chart of each group's goodput over its limit; unlimited runs one of
+	// their own.
+	var limited, unlimited []*result.Run
 	for _, run := range s.Done {
-		for _, g := range run.Groups {
-			if g.LimitBps > 0 && !seen[g.LimitBps] {
-				seen[g.LimitBps] = true
-				rate.Refs = append(rate.Refs, ref{float64(g.LimitBps), "limit " + fmtRate(float64(g.LimitBps))})
-			}
+		if run.Limiter == "none" {
+			unlimited = append(unlimited, run)
+		} else {
+			limited = append(limited, run)
 		}
 	}
-	out := []template.HTML{rate.svg()}
+	var out []template.HTML
+	if len(limited) > 0 {
+		rate := s.goodputChart("Goodput per class, limited runs", limited)
+		seen := map[uint64]bool{}
+		for _, run := range limited {
+			for _, g := range run.Groups {
+				if g.LimitBps > 0 && !seen[g.LimitBps] {
+					seen[g.LimitBps] = true
+					rate.Refs = append(rate.Refs, ref{float64(g.LimitBps), "limit " + fmtRate(float64(g.LimitBps))})
+				}
+			}
+		}
+		out = append(out, rate.svg())
+		if share := s.shareChart(limited); share != nil {
+			out = append(out, share.svg())
+		}
+	}
+	if len(unlimited) > 0 {
+		rate := s.goodputChart("Goodput per class, no limiter", unlimited)
+		out = append(out, rate.svg())
+	}
 
 	if len(s.RPCClasses) > 0 {
 		p99 := barChart{Title: "RPC P99 latency (log scale)", Groups: labels, Log: true, Format: fmtDur,

@@ -22,8 +22,8 @@ func TestHTMLPerRun(t *testing.T) {
 			return []template.HTML{`<svg class="chart" width="10" height="10"><title>per-rtt test chart</title></svg>`}, "from a test capture"
 		})
 	}, r)
-	if n := wellFormed(t, page); n != 9 {
-		t.Errorf("%d charts, want the 8 of TestHTML and the run's", n)
+	if n := wellFormed(t, page); n != 13 {
+		t.Errorf("%d charts, want the 12 of TestHTML and the run's", n)
 	}
 	i := strings.Index(page, "<h3>Per round trip: cubic-ecn / hbm</h3>\n<p>from a test capture</p>")
 	if i < 0 || !strings.Contains(page[i:], "per-rtt test chart") {

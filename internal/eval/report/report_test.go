@@ -376,10 +376,21 @@ func wellFormed(t *testing.T, doc string) int {
 func TestHTML(t *testing.T) {
 	r := fixture(t)
 	page := render(t, WriteHTML, r)
-	// egress-200m: goodput, P99, retransmits, drops; incast the same; the
-	// scenario with a skipped run still has completed ones.
-	if n := wellFormed(t, page); n != 8 {
-		t.Errorf("%d charts, want 8", n)
+	// egress-200m: goodput of the limited runs, their goodput / limit,
+	// goodput of the unlimited ones, P99, retransmits, drops; incast the
+	// same; the scenario with a skipped run still has completed ones.
+	if n := wellFormed(t, page); n != 12 {
+		t.Errorf("%d charts, want 12", n)
+	}
+	// The unlimited runs (tens of Gbit/s) are not on the limited runs'
+	// goodput chart, which would flatten their bars.
+	i := strings.Index(page, ">Goodput per class, limited runs<")
+	j := strings.Index(page[max(i, 0):], "</svg>")
+	if i < 0 || j < 0 {
+		t.Fatal("no goodput chart of the limited runs")
+	}
+	if lim := page[i : i+j]; strings.Contains(lim, " none · ") || !strings.Contains(lim, " hbm · ") {
+		t.Errorf("limited goodput chart: unlimited runs on it, or hbm's missing")
 	}
 	for _, bad := range []string{"http://", "https://", "<script", "<link", "<img", "@import", "url("} {
 		if strings.Contains(page, bad) {
@@ -388,7 +399,8 @@ func TestHTML(t *testing.T) {
 	}
 	for _, want := range []string{
 		"<h2>egress-200m</h2>",
-		"Goodput per class", "RPC P99 latency (log scale)", "Retransmissions", "Drops",
+		"Goodput per class, limited runs", "Goodput per class, no limiter", "Goodput / limit per group", ">limit<",
+		"RPC P99 latency (log scale)", "Retransmissions", "Drops",
 		">40 ms delayed ACK<", ">200 ms min RTO<", ">limit 200 Mbit/s<",
 		"<title>cubic-ecn hbm · rpc-10KB: 3.90 ms</title>",
 		">10 ms<", ">100 ms<", ">1 s<", // log ticks

@@ -1,11 +1,17 @@
-package testbed
+package netlab
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
+
+	"github.com/hbm-dev/hbm/internal/jsonout"
+	"github.com/hbm-dev/hbm/internal/rate"
 )
 
 // HBM drives an hbm binary through its CLI (set, unset, show --json).
@@ -16,40 +22,21 @@ type HBM struct {
 	PinDir string
 }
 
-// Counters are one direction of a group in `hbm show --json`.
-type Counters struct {
-	RateBps      uint64 `json:"rate_bps"`
-	Bytes        uint64 `json:"bytes"`
-	Packets      uint64 `json:"packets"`
-	Marked       uint64 `json:"marked"`
-	CWR          uint64 `json:"cwr"`
-	Dropped      uint64 `json:"dropped"`
-	DroppedBytes uint64 `json:"dropped_bytes"`
-}
-
-// Sub returns c - o field by field (the counters over an interval).
-func (c Counters) Sub(o Counters) Counters {
-	return Counters{
-		RateBps: c.RateBps, Bytes: c.Bytes - o.Bytes, Packets: c.Packets - o.Packets,
-		Marked: c.Marked - o.Marked, CWR: c.CWR - o.CWR,
-		Dropped: c.Dropped - o.Dropped, DroppedBytes: c.DroppedBytes - o.DroppedBytes,
-	}
-}
-
-// GroupStatus is one entry of `hbm show --json`.
-type GroupStatus struct {
-	Cgroup  string    `json:"cgroup"`
-	Egress  *Counters `json:"egress"`
-	Ingress *Counters `json:"ingress"`
-}
-
 func (h HBM) run(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if h.PinDir != "" {
 		args = append(args, "--pin-dir", h.PinDir)
 	}
-	return outputCtx(ctx, h.Bin, args...)
+	cmd := exec.CommandContext(ctx, h.Bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives its caller
+	var stdout, stderr Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", h.Bin, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
 }
 
 // Run runs hbm with args (bounded to 30s) and returns its standard output.
@@ -69,12 +56,12 @@ func (h HBM) Unset(cgroup string) error {
 }
 
 // Show returns `hbm show --json`.
-func (h HBM) Show() ([]GroupStatus, error) {
+func (h HBM) Show() ([]jsonout.Group, error) {
 	out, err := h.run("show", "--json")
 	if err != nil {
 		return nil, err
 	}
-	var st []GroupStatus
+	var st []jsonout.Group
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		return nil, fmt.Errorf("hbm show --json: %w (output %q)", err, out)
 	}
@@ -83,7 +70,7 @@ func (h HBM) Show() ([]GroupStatus, error) {
 
 // Egress returns cgroup's egress counters from `hbm show --json` (nil, nil
 // when cgroup has no egress limit).
-func (h HBM) Egress(cgroup string) (*Counters, error) {
+func (h HBM) Egress(cgroup string) (*jsonout.Direction, error) {
 	g, err := h.group(cgroup)
 	if g == nil {
 		return nil, err
@@ -93,7 +80,7 @@ func (h HBM) Egress(cgroup string) (*Counters, error) {
 
 // group returns cgroup's entry in `hbm show --json` (nil, nil when it has no
 // limit).
-func (h HBM) group(cgroup string) (*GroupStatus, error) {
+func (h HBM) group(cgroup string) (*jsonout.Group, error) {
 	st, err := h.Show()
 	if err != nil {
 		return nil, err
@@ -122,10 +109,16 @@ func (h HBM) UnsetDir(cgroup, dir string) error {
 
 // Ingress returns cgroup's ingress counters from `hbm show --json` (nil,
 // nil when cgroup has no ingress limit).
-func (h HBM) Ingress(cgroup string) (*Counters, error) {
+func (h HBM) Ingress(cgroup string) (*jsonout.Direction, error) {
 	g, err := h.group(cgroup)
 	if g == nil {
 		return nil, err
 	}
 	return g.Ingress, nil
+}
+
+// ParseRate parses a rate in tc units (internal/rate) into bits/s.
+func ParseRate(s string) (uint64, error) {
+	r, err := rate.Parse(s)
+	return uint64(r), err
 }

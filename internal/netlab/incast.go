@@ -1,0 +1,254 @@
+package netlab
+
+// The incast lab: N sender hosts and one receiver on a Linux bridge whose
+// port toward the receiver is the bottleneck (tbf at Rate with a Buffer-byte
+// queue: the switch buffer in front of the receiver that incast overflows).
+//
+//	s0 ─┐
+//	s1 ─┤  switch: br0 ── p-rcv (tbf) ── rcv
+//	... ─┤
+//	sN ─┘
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hbm-dev/hbm/internal/workload"
+)
+
+const incastLink = "fabric"
+
+// IncastOptions configure an incast lab.
+type IncastOptions struct {
+	Senders int    // sender hosts (default 4, at most 64)
+	Rate    uint64 // bottleneck rate, bits/s (default 2 Gbit/s)
+	Buffer  int    // bottleneck queue, bytes (default 128 KB)
+	Burst   int    // tbf bucket, bytes (default 32 KB)
+}
+
+// Incast is a built incast lab.
+type Incast struct {
+	*Lab
+	Senders    []string // sender host names
+	SenderNS   []string
+	ReceiverNS string
+	BridgeNS   string
+	Bottleneck string // the bridge port toward the receiver (in BridgeNS)
+	SenderIP   []net.IP
+	ReceiverIP net.IP
+	Opts       IncastOptions
+}
+
+// NewIncast builds an incast lab. On error nothing is left behind.
+func NewIncast(opts IncastOptions) (*Incast, error) {
+	if opts.Senders == 0 {
+		opts.Senders = 4
+	}
+	if opts.Senders < 1 || opts.Senders > 64 {
+		return nil, fmt.Errorf("netlab: %d senders, want 1..64", opts.Senders)
+	}
+	if opts.Rate == 0 {
+		opts.Rate = 2_000_000_000
+	}
+	if opts.Buffer == 0 {
+		opts.Buffer = 128 << 10
+	}
+	if opts.Burst == 0 {
+		opts.Burst = 32 << 10
+	}
+	var senders []string
+	for i := 0; i < opts.Senders; i++ {
+		senders = append(senders, fmt.Sprintf("s%d", i))
+	}
+	hosts := append(slices.Clone(senders), Receiver)
+	l, err := New(Config{
+		Hosts:       hosts,
+		Links:       []Link{{Name: incastLink, Hosts: hosts}},
+		Bottlenecks: []Bottleneck{{Link: incastLink, To: Receiver, Rate: opts.Rate, Buffer: opts.Buffer, Burst: opts.Burst}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	in := &Incast{Lab: l, Senders: senders, Opts: opts,
+		ReceiverNS: l.Host(Receiver).NS, ReceiverIP: l.Host(Receiver).IP4[incastLink],
+		BridgeNS: l.Link(incastLink).Switch, Bottleneck: l.Link(incastLink).Ports[Receiver]}
+	for _, s := range senders {
+		in.SenderNS = append(in.SenderNS, l.Host(s).NS)
+		in.SenderIP = append(in.SenderIP, l.Host(s).IP4[incastLink])
+	}
+	return in, nil
+}
+
+// SetBottleneck (re)installs the bottleneck: tbf at rateBps with a queue of
+// buffer bytes and a bucket of burst bytes.
+func (in *Incast) SetBottleneck(rateBps uint64, buffer, burst int) error {
+	return SetQdisc(in.BridgeNS, in.Bottleneck, TBF{Rate: rateBps, Limit: buffer, Burst: burst})
+}
+
+// BottleneckDrops returns the packets the bottleneck queue has dropped.
+func (in *Incast) BottleneckDrops() (uint64, error) {
+	st, err := ReadQdisc(in.BridgeNS, in.Bottleneck)
+	return st.Drops, err
+}
+
+// SetReceiverCC makes the receiver's sockets use cc ("" for the namespace
+// default) through a per-route congctl: DCTCP needs it at both ends, and
+// the workload server sets none itself.
+func (in *Incast) SetReceiverCC(cc string) error { return in.RouteCC(Receiver, cc) }
+
+// ReceiverAddr returns the receiver's address and port as host:port.
+func (in *Incast) ReceiverAddr(port int) string {
+	return net.JoinHostPort(in.ReceiverIP.String(), strconv.Itoa(port))
+}
+
+// StartServer starts `bin workload serve` in the receiver inside the
+// cgroup at cgroupDir ("" for none).
+func (in *Incast) StartServer(bin, cgroupDir string, port int) (*Proc, error) {
+	return in.Lab.StartServer(bin, Receiver, cgroupDir, in.ReceiverAddr(port))
+}
+
+// IncastResult is one run of every sender at once.
+type IncastResult struct {
+	Senders []*workload.Result
+	// Sums and extremes over the senders.
+	Goodput     float64 // bulk bits/s the receiver read, all senders
+	Retransmits uint64
+	DeliveredCE uint64
+	RPCP50      float64 // median over senders of their RPC P50, us
+	RPCP99      float64 // worst sender's RPC P99, us
+	RPCCount    int64
+	// Drops are the bottleneck queue's drops from the end of the warm-up to
+	// the end of the run, the window the retransmissions are counted in;
+	// DropsRun over the whole run, connection set-up and slow start
+	// included.
+	Drops    uint64
+	DropsRun uint64
+	// RxBps is what the receiver's interface received in the measurement
+	// window (frames, Ethernet headers included), bits/s.
+	RxBps float64
+}
+
+// ReceiverRxBytes returns the bytes the receiver's interface has received:
+// whole frames, Ethernet header included (a limit held exactly on IP bytes
+// reads about 1.01 of it at MTU 1500).
+func (in *Incast) ReceiverRxBytes() (uint64, error) { return in.RxBytes(Receiver, incastLink) }
+
+// IncastJob is one client configuration and the receiver's port it talks to.
+type IncastJob struct {
+	Cfg  workload.Config
+	Port int
+}
+
+// Run runs `bin workload run` with cfg (Addr is filled in) in every sender
+// at once and sums the results. Bounded by cfg's warm-up and duration plus
+// 30s.
+func (in *Incast) Run(ctx context.Context, bin string, cfg workload.Config, port int) (*IncastResult, error) {
+	return in.RunJobs(ctx, bin, []IncastJob{{cfg, port}})
+}
+
+// RunJobs runs every job from every sender at once (one client process per
+// sender and job: with the receiver's servers on separate ports, bulk and
+// RPC traffic are served by separate processes, as netperf does in the
+// seed), and sums the results. The jobs share the warm-up and duration of
+// the first.
+func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*IncastResult, error) {
+	if len(jobs) == 0 {
+		return nil, errors.New("netlab: no incast job")
+	}
+	cfg := jobs[0].Cfg
+	drops0, err := in.BottleneckDrops()
+	if err != nil {
+		return nil, err
+	}
+	n := len(in.Senders) * len(jobs)
+	res := make([]*workload.Result, n)
+	errs := make([]error, n)
+	// The clients connect (~100 ms: exec, connect), warm up, then measure.
+	dropsW := make(chan uint64, 1)
+	type rxAt struct {
+		b  uint64
+		at time.Time
+	}
+	rxW, rxE := make(chan rxAt, 1), make(chan rxAt, 1)
+	warm := time.AfterFunc(cfg.Warmup+200*time.Millisecond, func() {
+		if b, err := in.ReceiverRxBytes(); err == nil {
+			rxW <- rxAt{b, time.Now()}
+		}
+		n, err := in.BottleneckDrops()
+		if err != nil {
+			n = drops0
+		}
+		dropsW <- n
+	})
+	defer warm.Stop()
+	// The window's end, a little before the clients stop (they connect
+	// about 100 ms after the start).
+	end := time.AfterFunc(cfg.Warmup+cfg.Duration, func() {
+		if b, err := in.ReceiverRxBytes(); err == nil {
+			rxE <- rxAt{b, time.Now()}
+		}
+	})
+	defer end.Stop()
+	var wg sync.WaitGroup
+	for j, job := range jobs {
+		c := job.Cfg
+		c.Addr = in.ReceiverAddr(job.Port)
+		c.Warmup, c.Duration = cfg.Warmup, cfg.Duration
+		for i, s := range in.Senders {
+			k := j*len(in.Senders) + i
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[k], errs[k] = in.RunClient(ctx, bin, s, "", c)
+			}()
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	drops1, err := in.BottleneckDrops()
+	if err != nil {
+		return nil, err
+	}
+	r := &IncastResult{Senders: res, DropsRun: drops1 - drops0, Drops: drops1 - drops0}
+	select {
+	case w := <-dropsW:
+		r.Drops = drops1 - w
+	default: // the run ended before its warm-up did: count the whole run
+	}
+	select {
+	case a := <-rxW:
+		select {
+		case b := <-rxE:
+			if secs := b.at.Sub(a.at).Seconds(); secs > 0 {
+				r.RxBps = float64(b.b-a.b) * 8 / secs
+			}
+		default:
+		}
+	default:
+	}
+	var p50s []float64
+	for k, s := range res {
+		r.Goodput += s.Goodput
+		r.Retransmits += s.Retransmits
+		r.DeliveredCE += s.DeliveredCE
+		if jobs[k/len(in.Senders)].Cfg.RPCs == 0 {
+			continue
+		}
+		r.RPCCount += s.RPC.Count
+		r.RPCP99 = max(r.RPCP99, s.RPC.P99)
+		p50s = append(p50s, s.RPC.P50)
+	}
+	if n := len(p50s); n > 0 {
+		slices.Sort(p50s)
+		r.RPCP50 = (p50s[(n-1)/2] + p50s[n/2]) / 2
+	}
+	return r, nil
+}

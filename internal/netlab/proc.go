@@ -1,0 +1,180 @@
+package netlab
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Proc is a command run inside a host's namespace and, optionally, a
+// cgroup from its first instruction, in a process group of its own.
+type Proc struct {
+	// Cmd is the command; set Stdin, Stdout, Stderr and Env before Start.
+	// Stdout and Stderr should be plain writers (a Buffer): Wait runs in the
+	// background.
+	Cmd *exec.Cmd
+
+	set       *procSet
+	cgroupDir string
+	done      chan struct{}
+	waitErr   error
+}
+
+// procSet is the lab's running processes: one lifecycle for all of them.
+type procSet struct {
+	mu     sync.Mutex
+	procs  map[*Proc]struct{}
+	closed bool
+}
+
+func (s *procSet) add(p *Proc) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("netlab: lab closed")
+	}
+	if s.procs == nil {
+		s.procs = map[*Proc]struct{}{}
+	}
+	s.procs[p] = struct{}{}
+	return nil
+}
+
+func (s *procSet) remove(p *Proc) {
+	s.mu.Lock()
+	delete(s.procs, p)
+	s.mu.Unlock()
+}
+
+// killAll kills every process and refuses new ones.
+func (s *procSet) killAll() {
+	s.mu.Lock()
+	s.closed = true
+	ps := make([]*Proc, 0, len(s.procs))
+	for p := range s.procs {
+		ps = append(ps, p)
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Kill() }()
+	}
+	wg.Wait()
+}
+
+// Command prepares name args to run inside host's namespace (through `ip
+// netns exec`, which execs it in place, so the pid is the command's, and
+// shows the namespace's /sys) and, if cgroupDir is not "", inside the cgroup
+// v2 group at that directory: the child is cloned straight into the group
+// (clone3 CLONE_INTO_CGROUP), so every socket it ever creates belongs to it.
+func (l *Lab) Command(host, cgroupDir, name string, args ...string) *Proc {
+	ns := host
+	if h := l.hosts[host]; h != nil {
+		ns = h.NS
+	}
+	return l.commandNS(ns, cgroupDir, name, args...)
+}
+
+// commandNS is Command for a namespace (a switch's, say).
+func (l *Lab) commandNS(ns, cgroupDir, name string, args ...string) *Proc {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	return &Proc{Cmd: cmd, set: &l.procs, cgroupDir: cgroupDir, done: make(chan struct{})}
+}
+
+// Start starts the command in a process group of its own. It is killed
+// when the caller's process dies (Pdeathsig) and by the lab's Close.
+func (p *Proc) Start() error {
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if p.cgroupDir != "" {
+		fd, err := unix.Open(p.cgroupDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("netlab: open cgroup %s: %w", p.cgroupDir, err)
+		}
+		defer unix.Close(fd)
+		attr.UseCgroupFD = true
+		attr.CgroupFD = fd
+	}
+	p.Cmd.SysProcAttr = attr
+	p.Cmd.WaitDelay = 2 * time.Second
+	if err := p.set.add(p); err != nil {
+		return err
+	}
+	if err := p.Cmd.Start(); err != nil {
+		p.set.remove(p)
+		return fmt.Errorf("netlab: start %v: %w", p.Cmd.Args, err)
+	}
+	go func() {
+		p.waitErr = p.Cmd.Wait()
+		p.set.remove(p)
+		close(p.done)
+	}()
+	return nil
+}
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the process to exit and returns its exit error.
+func (p *Proc) Wait() error {
+	<-p.done
+	return p.waitErr
+}
+
+// WaitTimeout waits at most d, then kills the process and says it had to.
+func (p *Proc) WaitTimeout(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.waitErr
+	case <-t.C:
+		p.Kill()
+		return fmt.Errorf("netlab: %v still running after %v: killed", p.Cmd.Args, d)
+	}
+}
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if p.Cmd.Process == nil {
+		return errors.New("netlab: not started")
+	}
+	return p.Cmd.Process.Signal(sig)
+}
+
+// Stop asks the process to end (SIGTERM), waits up to grace, then kills it.
+func (p *Proc) Stop(grace time.Duration) error {
+	if p.Cmd.Process == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return p.waitErr
+	default:
+	}
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	return p.WaitTimeout(grace)
+}
+
+// Kill kills the process's group and waits, bounded, for it.
+func (p *Proc) Kill() {
+	if p.Cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	p.Cmd.Process.Kill()
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+	}
+}
