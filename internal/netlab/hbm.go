@@ -68,6 +68,25 @@ func (h HBM) Show() ([]jsonout.Group, error) {
 	return st, nil
 }
 
+// Rates returns every limit in `hbm show --json` as "CGROUP egress" or
+// "CGROUP ingress" -> rate in bits/s.
+func (h HBM) Rates() (map[string]uint64, error) {
+	st, err := h.Show()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, g := range st {
+		if g.Egress != nil {
+			out[g.Cgroup+" egress"] = g.Egress.RateBps
+		}
+		if g.Ingress != nil {
+			out[g.Cgroup+" ingress"] = g.Ingress.RateBps
+		}
+	}
+	return out, nil
+}
+
 // Egress returns cgroup's egress counters from `hbm show --json` (nil, nil
 // when cgroup has no egress limit).
 func (h HBM) Egress(cgroup string) (*jsonout.Direction, error) {

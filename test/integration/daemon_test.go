@@ -10,7 +10,6 @@ package integration
 // and bpffs mounts), so the scrapes stay on that namespace's loopback.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +24,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,80 +42,6 @@ const (
 	dmnMetricsPort = 19641
 	dmnPromPort    = 19091
 )
-
-// lockedBuffer collects a process' output for polling.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// bgProc is a background process in its own process group, killed (the
-// whole group) at cleanup, also on failure.
-type bgProc struct {
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
-	err  error
-}
-
-func startBg(t *testing.T, env []string, name string, args ...string) *bgProc {
-	t.Helper()
-	p := &bgProc{cmd: exec.Command(name, args...), out: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p.cmd.WaitDelay = 2 * time.Second
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
-	return p
-}
-
-// kill sends sig to the process group and waits (bounded) for the process.
-func (p *bgProc) kill(sig syscall.Signal) error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	syscall.Kill(-p.cmd.Process.Pid, sig)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("%v: still running 10s after %v: killed", p.cmd.Args, sig)
-	}
-	return p.err
-}
-
-// waitFor polls cond every 20 ms until it holds or d passes.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // nsHTTP is an HTTP client whose connections are made inside network
 // namespace ns (a socket stays in the namespace it was created in).
@@ -231,13 +155,13 @@ func (l *dmnLab) writeConfig(body string) {
 
 // startDaemon starts hbm daemon in the sender namespace and waits for its
 // first pass.
-func (l *dmnLab) startDaemon() *bgProc {
+func (l *dmnLab) startDaemon() *testutil.Proc {
 	l.t.Helper()
-	p := startBg(l.t, []string{"HBM_PIN_DIR=" + l.pinDir}, "nsenter", "--net=/run/netns/"+l.tb.SenderNS, "--",
+	p := testutil.StartProc(l.t, []string{"HBM_PIN_DIR=" + l.pinDir}, "nsenter", "--net=/run/netns/"+l.tb.SenderNS, "--",
 		l.bin, "daemon", "--config", l.cfgPath, "--metrics", fmt.Sprintf("127.0.0.1:%d", dmnMetricsPort))
-	if !waitFor(20*time.Second, func() bool { return strings.Contains(p.out.String(), "first pass") }) {
-		p.kill(syscall.SIGKILL)
-		l.t.Fatalf("daemon: no first pass within 20s:\n%s", p.out.String())
+	if !testutil.WaitFor(20*time.Second, func() bool { return strings.Contains(p.Out.String(), "first pass") }) {
+		p.Kill(syscall.SIGKILL)
+		l.t.Fatalf("daemon: no first pass within 20s:\n%s", p.Out.String())
 	}
 	return p
 }
@@ -245,18 +169,9 @@ func (l *dmnLab) startDaemon() *bgProc {
 // rates returns "group dir" -> rate_bps from hbm show --json.
 func (l *dmnLab) rates() map[string]uint64 {
 	l.t.Helper()
-	st, err := l.hbm.Show()
+	out, err := l.hbm.Rates()
 	if err != nil {
 		l.t.Fatalf("hbm show: %v", err)
-	}
-	out := map[string]uint64{}
-	for _, g := range st {
-		if g.Egress != nil {
-			out[g.Cgroup+" egress"] = g.Egress.RateBps
-		}
-		if g.Ingress != nil {
-			out[g.Cgroup+" ingress"] = g.Ingress.RateBps
-		}
 	}
 	return out
 }
@@ -264,7 +179,7 @@ func (l *dmnLab) rates() map[string]uint64 {
 func (l *dmnLab) expectRates(what string, want map[string]uint64, within time.Duration) {
 	l.t.Helper()
 	var got map[string]uint64
-	ok := waitFor(within, func() bool {
+	ok := testutil.WaitFor(within, func() bool {
 		got = l.rates()
 		if len(got) != len(want) {
 			return false
@@ -357,7 +272,7 @@ func TestDaemon(t *testing.T) {
 		job1 + " egress": 100e6, hand + " egress": 1e9,
 	}
 	l.expectRates("first pass", want, 5*time.Second)
-	if out := d.out.String(); !strings.Contains(out, "conflict: "+hand+" egress") {
+	if out := d.Out.String(); !strings.Contains(out, "conflict: "+hand+" egress") {
 		t.Errorf("daemon did not report the hand-set limit on %s as a conflict:\n%s", hand, out)
 	}
 
@@ -389,13 +304,13 @@ scrape_configs:
     static_configs:
       - targets: ['127.0.0.1:%d']
 `, dmnMetricsPort)), 0o644)
-	prom := startBg(t, nil, "nsenter", "--net=/run/netns/"+l.tb.SenderNS, "--", "prometheus",
+	prom := testutil.StartProc(t, nil, "nsenter", "--net=/run/netns/"+l.tb.SenderNS, "--", "prometheus",
 		"--config.file="+promCfg, "--storage.tsdb.path="+filepath.Join(promDir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", dmnPromPort))
 	q := fmt.Sprintf(`hbm_group_bytes_total{group=%q,direction="egress"}`, w)
 	var before float64
-	if !waitFor(30*time.Second, func() (ok bool) { before, ok = l.promQuery(q); return ok }) {
-		t.Fatalf("prometheus has no %s after 30s:\n%s", q, lastLines(prom.out.String(), 20))
+	if !testutil.WaitFor(30*time.Second, func() (ok bool) { before, ok = l.promQuery(q); return ok }) {
+		t.Fatalf("prometheus has no %s after 30s:\n%s", q, testutil.LastLines(prom.Out.String(), 20))
 	}
 
 	// The limit holds on real traffic, and Prometheus sees the bytes rise.
@@ -437,7 +352,7 @@ scrape_configs:
 		t.Errorf("hbm top: %s at %s of its limit, want 85-105%%", w, first[4])
 	}
 	var after float64
-	if !waitFor(10*time.Second, func() bool { v, ok := l.promQuery(q); after = v; return ok && v > before+20e6 }) {
+	if !testutil.WaitFor(10*time.Second, func() bool { v, ok := l.promQuery(q); after = v; return ok && v > before+20e6 }) {
 		t.Errorf("prometheus: %s went from %.0f to %.0f, want a rise of > 20 MB", q, before, after)
 	} else {
 		t.Logf("prometheus: %s rose from %.0f to %.0f", q, before, after)
@@ -446,7 +361,7 @@ scrape_configs:
 	// SIGKILL: the limit stays in force; a new daemon adopts it without a
 	// gap (no change made, counters carried on: the limit was never
 	// re-created) and no burst.
-	if err := d.kill(syscall.SIGKILL); err == nil || !strings.Contains(err.Error(), "killed") {
+	if err := d.Kill(syscall.SIGKILL); err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("daemon after SIGKILL: %v", err)
 	}
 	window("daemon killed", "200mbit")
@@ -456,7 +371,7 @@ scrape_configs:
 	if stBefore == nil || stAfter == nil || stAfter.Bytes < stBefore.Bytes || stAfter.RateBps != 200e6 {
 		t.Errorf("adopt: counters %+v then %+v, want the same limit carrying on", stBefore, stAfter)
 	}
-	if out := d.out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 4 kept") {
+	if out := d.Out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 4 kept") {
 		t.Errorf("restarted daemon did not adopt the 4 limits as they were:\n%s", out)
 	}
 	window("daemon restarted", "200mbit")
@@ -491,12 +406,12 @@ scrape_configs:
 	// An invalid config is refused with file:line and the state kept, on
 	// a file change and on SIGHUP.
 	l.writeConfig(dmnConfig + "  - cgroup: TOP/x\n    egress: fast\n")
-	if !waitFor(5*time.Second, func() bool { return strings.Contains(d.out.String(), l.cfgPath+":12: egress") }) {
-		t.Errorf("invalid config not refused with file:line:\n%s", lastLines(d.out.String(), 10))
+	if !testutil.WaitFor(5*time.Second, func() bool { return strings.Contains(d.Out.String(), l.cfgPath+":12: egress") }) {
+		t.Errorf("invalid config not refused with file:line:\n%s", testutil.LastLines(d.Out.String(), 10))
 	}
-	syscall.Kill(d.cmd.Process.Pid, syscall.SIGHUP)
-	if !waitFor(5*time.Second, func() bool { return strings.Count(d.out.String(), "refused, keeping") >= 2 }) {
-		t.Errorf("SIGHUP with an invalid config not refused:\n%s", lastLines(d.out.String(), 10))
+	syscall.Kill(d.Cmd.Process.Pid, syscall.SIGHUP)
+	if !testutil.WaitFor(5*time.Second, func() bool { return strings.Count(d.Out.String(), "refused, keeping") >= 2 }) {
+		t.Errorf("SIGHUP with an invalid config not refused:\n%s", testutil.LastLines(d.Out.String(), 10))
 	}
 	l.expectRates("invalid config", want, 0)
 	if m := l.scrape(); !strings.Contains(m, "hbm_daemon_config_last_reload_successful 0") {
@@ -506,23 +421,15 @@ scrape_configs:
 
 	// Stopped (SIGTERM), the daemon exits 0 and its limits stay; a daemon
 	// whose file declares nothing removes its own, never the hand-set one.
-	if err := d.kill(syscall.SIGTERM); err != nil {
-		t.Errorf("daemon after SIGTERM: %v\n%s", err, lastLines(d.out.String(), 10))
+	if err := d.Kill(syscall.SIGTERM); err != nil {
+		t.Errorf("daemon after SIGTERM: %v\n%s", err, testutil.LastLines(d.Out.String(), 10))
 	}
 	l.expectRates("daemon stopped", want, 0)
 	l.writeConfig("limits: []\n")
 	d = l.startDaemon()
 	l.expectRates("nothing declared", map[string]uint64{hand + " egress": 1e9}, 5*time.Second)
-	d.kill(syscall.SIGTERM)
-	prom.kill(syscall.SIGTERM)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	d.Kill(syscall.SIGTERM)
+	prom.Kill(syscall.SIGTERM)
 }
 
 // TestDaemonKilledMidPass: a daemon SIGKILLed after each step of its first
@@ -549,8 +456,8 @@ func TestDaemonKilledMidPass(t *testing.T) {
 	hand, _ := l.mk("hand")
 	l.writeConfig("limits:\n  - cgroup: TOP/a\n    egress: 200mbit\n    ingress: 300mbit\n  - cgroup: TOP/a/b\n    egress: 100mbit\n  - cgroup: TOP/c\n    egress: 1gbit\n")
 	want := map[string]uint64{a + " egress": 200e6, a + " ingress": 300e6, b + " egress": 100e6, c + " egress": 1e9, hand + " egress": 50e6}
-	run := func(env ...string) *bgProc {
-		return startBg(t, append(env, "HBM_PIN_DIR="+l.pinDir), l.bin, "daemon", "--config", l.cfgPath, "--metrics", "")
+	run := func(env ...string) *testutil.Proc {
+		return testutil.StartProc(t, append(env, "HBM_PIN_DIR="+l.pinDir), l.bin, "daemon", "--config", l.cfgPath, "--metrics", "")
 	}
 	killedAt := 0
 	for n := 1; n <= 40; n++ {
@@ -559,29 +466,29 @@ func TestDaemonKilledMidPass(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := run(fmt.Sprintf("HBM_TEST_STOP_AFTER=%d", n))
-		if !waitFor(20*time.Second, func() bool {
+		if !testutil.WaitFor(20*time.Second, func() bool {
 			select {
-			case <-p.done:
+			case <-p.Done():
 				return true
 			default:
-				return strings.Contains(p.out.String(), "first pass")
+				return strings.Contains(p.Out.String(), "first pass")
 			}
 		}) {
 			t.Fatalf("step %d: daemon neither killed nor done within 20s", n)
 		}
-		if strings.Contains(p.out.String(), "first pass") {
-			p.kill(syscall.SIGTERM)
+		if strings.Contains(p.Out.String(), "first pass") {
+			p.Kill(syscall.SIGTERM)
 			break // the pass has fewer steps than n: all covered
 		}
 		killedAt = n
 		p = run()
-		if !waitFor(20*time.Second, func() bool { return strings.Contains(p.out.String(), "first pass") }) {
-			t.Fatalf("step %d: restarted daemon made no first pass:\n%s", n, p.out.String())
+		if !testutil.WaitFor(20*time.Second, func() bool { return strings.Contains(p.Out.String(), "first pass") }) {
+			t.Fatalf("step %d: restarted daemon made no first pass:\n%s", n, p.Out.String())
 		}
 		l.expectRates(fmt.Sprintf("killed after step %d, restarted", n), want, 5*time.Second)
 		l.writeConfig("limits: []\n")
 		l.expectRates(fmt.Sprintf("killed after step %d, nothing declared", n), map[string]uint64{hand + " egress": 50e6}, 5*time.Second)
-		if err := p.kill(syscall.SIGTERM); err != nil {
+		if err := p.Kill(syscall.SIGTERM); err != nil {
 			t.Errorf("step %d: daemon after SIGTERM: %v", n, err)
 		}
 		l.writeConfig("limits:\n  - cgroup: TOP/a\n    egress: 200mbit\n    ingress: 300mbit\n  - cgroup: TOP/a/b\n    egress: 100mbit\n  - cgroup: TOP/c\n    egress: 1gbit\n")

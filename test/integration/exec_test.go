@@ -247,7 +247,7 @@ func TestExecKilled(t *testing.T) {
 	if _, sig := l.wait(cmd); sig != syscall.SIGKILL {
 		t.Fatalf("hbm not killed: %v", sig)
 	}
-	if !waitFor(5*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
+	if !testutil.WaitFor(5*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Errorf("command (pid %d) still running 5s after hbm was killed", pid)
 	}

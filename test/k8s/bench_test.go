@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
 // TestKubernetesBench is the benchmark (HBM_K8S_BENCH=1; not part
@@ -28,7 +29,7 @@ func TestKubernetesBench(t *testing.T) {
 	}
 	l := newLab(t)
 	d := l.startDaemon(sdRoot, freePort(t))
-	pid := d.cmd.Process.Pid
+	pid := d.Cmd.Process.Pid
 
 	// rateOf reads the data plane (pins, shared lock) for group id.
 	rateOf := func(id uint64) uint64 {
@@ -46,7 +47,7 @@ func TestKubernetesBench(t *testing.T) {
 		return 0
 	}
 	wait := func(id, want uint64) bool {
-		return waitFor(20*time.Second, func() bool { return rateOf(id) == want })
+		return testutil.WaitFor(20*time.Second, func() bool { return rateOf(id) == want })
 	}
 	cpu0, rss0 := procCPU(t, pid), procRSS(t, pid)
 	var create []time.Duration
@@ -86,7 +87,7 @@ func TestKubernetesBench(t *testing.T) {
 	t.Logf("annotation edit to new rate, 20 edits: P50 %v, P99 %v", pct(edit, 50), pct(edit, 99))
 	t.Logf("daemon with 250 pods: CPU %v to apply the 250 (%.1f ms per pod), %v idle over 30 s; RSS %d MB before the pods, %d MB with them",
 		cpuCreate, float64(cpuCreate.Microseconds())/1000/250, idle, rss0>>20, procRSS(t, pid)>>20)
-	d.kill(syscall.SIGTERM)
+	d.Kill(syscall.SIGTERM)
 }
 
 func pct(ds []time.Duration, p int) time.Duration {

@@ -22,105 +22,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/hbm-dev/hbm/internal/testutil"
 )
-
-// lockedBuffer collects a process' output for polling.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// bgProc is a background process in its own process group, killed (the
-// whole group) at cleanup.
-type bgProc struct {
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
-	err  error
-}
-
-func startBg(t *testing.T, env []string, name string, args ...string) *bgProc {
-	t.Helper()
-	p := &bgProc{cmd: exec.Command(name, args...), out: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p.cmd.WaitDelay = 2 * time.Second
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
-	return p
-}
-
-// kill sends sig to the process group and waits (bounded) for the process.
-func (p *bgProc) kill(sig syscall.Signal) error {
-	select {
-	case <-p.done:
-		return p.err
-	default:
-	}
-	syscall.Kill(-p.cmd.Process.Pid, sig)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("%s: still running 15s after %v: killed", filepath.Base(p.cmd.Path), sig)
-	}
-	return p.err
-}
-
-func (p *bgProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// waitFor polls cond every 10 ms until it holds or d passes.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // freePort returns a port on 127.0.0.1 that was free a moment ago.
 func freePort(t *testing.T) int {
@@ -168,7 +77,7 @@ type cluster struct {
 	caPEM     []byte
 	admin     *kubernetes.Clientset
 	adminREST *rest.Config
-	apiserver *bgProc
+	apiserver *testutil.Proc
 }
 
 const (
@@ -193,20 +102,20 @@ func startCluster(t *testing.T) *cluster {
 	etcdPort, peerPort := freePort(t), freePort(t)
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	etcd := startBg(t, nil, etcdBin, "--name", "e2e", "--data-dir", filepath.Join(dir, "etcd"),
+	etcd := testutil.StartProc(t, nil, etcdBin, "--name", "e2e", "--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
 		"--initial-cluster", "e2e="+peerURL, "--unsafe-no-fsync", "--log-level", "warn")
 	hc := &http.Client{Timeout: 2 * time.Second}
-	if !waitFor(60*time.Second, func() bool {
+	if !testutil.WaitFor(60*time.Second, func() bool {
 		resp, err := hc.Get(etcdURL + "/health")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
-		return resp.StatusCode == 200 && !etcd.exited()
+		return resp.StatusCode == 200 && !etcd.Exited()
 	}) {
-		t.Fatalf("etcd not healthy within 60s:\n%s", lastLines(etcd.out.String(), 30))
+		t.Fatalf("etcd not healthy within 60s:\n%s", testutil.LastLines(etcd.Out.String(), 30))
 	}
 
 	// Keys and certificates: a CA, the API server's serving certificate
@@ -226,7 +135,7 @@ func startCluster(t *testing.T) *cluster {
 
 	port := freePort(t)
 	c.url = fmt.Sprintf("https://127.0.0.1:%d", port)
-	c.apiserver = startBg(t, nil, apiserverBin,
+	c.apiserver = testutil.StartProc(t, nil, apiserverBin,
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none", fmt.Sprintf("--secure-port=%d", port),
 		"--tls-cert-file", filepath.Join(dir, "serving.crt"), "--tls-private-key-file", filepath.Join(dir, "serving.key"),
@@ -248,16 +157,16 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if !waitFor(120*time.Second, func() bool {
-		if c.apiserver.exited() {
+	if !testutil.WaitFor(120*time.Second, func() bool {
+		if c.apiserver.Exited() {
 			return true
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		body, err := c.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err == nil && string(body) == "ok"
-	}) || c.apiserver.exited() {
-		t.Fatalf("kube-apiserver not ready within 120s:\n%s", lastLines(c.apiserver.out.String(), 40))
+	}) || c.apiserver.Exited() {
+		t.Fatalf("kube-apiserver not ready within 120s:\n%s", testutil.LastLines(c.apiserver.Out.String(), 40))
 	}
 	t.Logf("etcd and kube-apiserver (%s) ready in %v", c.url, time.Since(start).Round(time.Millisecond))
 	return c

@@ -93,14 +93,14 @@ func (l *lab) reset() {
 
 // startDaemon runs hbm daemon --kubernetes (host network namespace: the
 // API server and the metrics are on 127.0.0.1) and waits for its first pass.
-func (l *lab) startDaemon(root string, metricsPort int) *bgProc {
+func (l *lab) startDaemon(root string, metricsPort int) *testutil.Proc {
 	l.t.Helper()
-	p := startBg(l.t, []string{"HBM_PIN_DIR=" + l.pinDir}, l.bin, "daemon", "--kubernetes",
+	p := testutil.StartProc(l.t, []string{"HBM_PIN_DIR=" + l.pinDir}, l.bin, "daemon", "--kubernetes",
 		"--kubeconfig", l.kc, "--node-name", nodeName, "--kube-cgroup-root", root,
 		"--metrics", fmt.Sprintf("127.0.0.1:%d", metricsPort))
-	if !waitFor(60*time.Second, func() bool { return strings.Contains(p.out.String(), "first pass") || p.exited() }) || p.exited() {
-		p.kill(syscall.SIGKILL)
-		l.t.Fatalf("daemon: no first pass within 60s:\n%s", lastLines(p.out.String(), 30))
+	if !testutil.WaitFor(60*time.Second, func() bool { return strings.Contains(p.Out.String(), "first pass") || p.Exited() }) || p.Exited() {
+		p.Kill(syscall.SIGKILL)
+		l.t.Fatalf("daemon: no first pass within 60s:\n%s", testutil.LastLines(p.Out.String(), 30))
 	}
 	return p
 }
@@ -176,18 +176,9 @@ func (l *lab) mkCgroup(rel string) cgroup.Group {
 // rates returns "group dir" -> rate_bps from hbm show --json.
 func (l *lab) rates() map[string]uint64 {
 	l.t.Helper()
-	st, err := l.hbm.Show()
+	out, err := l.hbm.Rates()
 	if err != nil {
 		l.t.Fatalf("hbm show: %v", err)
-	}
-	out := map[string]uint64{}
-	for _, g := range st {
-		if g.Egress != nil {
-			out[g.Cgroup+" egress"] = g.Egress.RateBps
-		}
-		if g.Ingress != nil {
-			out[g.Cgroup+" ingress"] = g.Ingress.RateBps
-		}
 	}
 	return out
 }
@@ -196,7 +187,7 @@ func (l *lab) expectRates(what string, want map[string]uint64, within time.Durat
 	l.t.Helper()
 	start := time.Now()
 	var got map[string]uint64
-	ok := waitFor(within, func() bool {
+	ok := testutil.WaitFor(within, func() bool {
 		got = l.rates()
 		if len(got) != len(want) {
 			return false
@@ -282,7 +273,7 @@ func (l *lab) events(pod string) []string {
 func (l *lab) expectEvent(pod, substr string) {
 	l.t.Helper()
 	var got []string
-	if !waitFor(15*time.Second, func() bool {
+	if !testutil.WaitFor(15*time.Second, func() bool {
 		got = l.events(pod)
 		for _, m := range got {
 			if strings.Contains(m, substr) {
@@ -403,8 +394,8 @@ func TestKubernetes(t *testing.T) {
 	// An invalid edit: an Event, a log line, and the pod keeps its limits.
 	l.annotate("web", map[string]string{"kubernetes.io/egress-bandwidth": "lots"})
 	l.expectEvent("web", "quantities must match the regular expression")
-	if !waitFor(10*time.Second, func() bool { return strings.Contains(d.out.String(), "pod hbm-e2e/web: invalid bandwidth annotations") }) {
-		t.Errorf("daemon did not log the invalid annotation:\n%s", lastLines(d.out.String(), 10))
+	if !testutil.WaitFor(10*time.Second, func() bool { return strings.Contains(d.Out.String(), "pod hbm-e2e/web: invalid bandwidth annotations") }) {
+		t.Errorf("daemon did not log the invalid annotation:\n%s", testutil.LastLines(d.Out.String(), 10))
 	}
 	time.Sleep(300 * time.Millisecond) // a pass would have run
 	l.expectRates("invalid edit", want, 0)
@@ -412,13 +403,13 @@ func TestKubernetes(t *testing.T) {
 
 	// Killed and restarted, the daemon keeps the pod's limits (invalid
 	// annotation included) without a change.
-	if err := d.kill(syscall.SIGKILL); err == nil {
+	if err := d.Kill(syscall.SIGKILL); err == nil {
 		t.Errorf("daemon after SIGKILL: exited cleanly?")
 	}
 	d = l.startDaemon(sdRoot, metricsPort)
 	l.expectRates("restarted", want, 0)
-	if out := d.out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 3 kept") {
-		t.Errorf("restarted daemon did not adopt the 3 limits as they were:\n%s", lastLines(out, 10))
+	if out := d.Out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 3 kept") {
+		t.Errorf("restarted daemon did not adopt the 3 limits as they were:\n%s", testutil.LastLines(out, 10))
 	}
 
 	// Fixed, then the ingress annotation removed: that limit goes.
@@ -460,10 +451,10 @@ func TestKubernetes(t *testing.T) {
 	delete(want, lateCg+" ingress")
 	l.expectRates("late's group removed", want, 10*time.Second)
 
-	if err := d.kill(syscall.SIGTERM); err != nil {
-		t.Errorf("daemon after SIGTERM: %v\n%s", err, lastLines(d.out.String(), 10))
+	if err := d.Kill(syscall.SIGTERM); err != nil {
+		t.Errorf("daemon after SIGTERM: %v\n%s", err, testutil.LastLines(d.Out.String(), 10))
 	}
-	if out := d.out.String(); strings.Contains(out, "panic") || strings.Contains(out, "forbidden") {
+	if out := d.Out.String(); strings.Contains(out, "panic") || strings.Contains(out, "forbidden") {
 		t.Errorf("daemon log:\n%s", out)
 	}
 
@@ -478,5 +469,5 @@ func TestKubernetes(t *testing.T) {
 	if !strings.HasPrefix(fsCg, fsRoot+"/kubepods/pod") {
 		t.Errorf("cgroupfs group %s", fsCg)
 	}
-	d.kill(syscall.SIGTERM)
+	d.Kill(syscall.SIGTERM)
 }
