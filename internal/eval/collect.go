@@ -3,9 +3,6 @@ package eval
 import (
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -15,42 +12,9 @@ import (
 	"github.com/hbm-dev/hbm/internal/netlab"
 )
 
-// cpuTimes is the first line of /proc/stat, in clock ticks.
-type cpuTimes struct {
-	busy, softirq uint64
-	at            time.Time
-}
-
-// clkTck is USER_HZ, 100 on every Linux architecture Go supports.
-const clkTck = 100
-
-func readCPU() cpuTimes {
-	c := cpuTimes{at: time.Now()}
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return c
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return c
-	}
-	v := func(i int) uint64 { n, _ := strconv.ParseUint(f[i], 10, 64); return n }
-	// user nice system idle iowait irq softirq steal
-	c.busy = v(1) + v(2) + v(3) + v(6) + v(7)
-	c.softirq = v(7)
-	return c
-}
-
-func cpuBetween(a, b cpuTimes) result.CPU {
-	wall := b.at.Sub(a.at).Seconds()
-	if wall <= 0 {
-		return result.CPU{}
-	}
-	return result.CPU{
-		BusyCores:    float64(b.busy-a.busy) / clkTck / wall,
-		SoftirqCores: float64(b.softirq-a.softirq) / clkTck / wall,
-	}
+func cpuBetween(a, b netlab.CPUTimes) result.CPU {
+	u := b.Since(a)
+	return result.CPU{BusyCores: u.BusyCores, SoftirqCores: u.SoftirqCores}
 }
 
 // readQdisc returns the root qdisc's counters of dev in namespace ns.

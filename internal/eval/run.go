@@ -631,7 +631,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		q.before, _ = readQdisc(q.ns, q.dev)
 	}
 	prog0 := readProgStats(r.o.PinDir)
-	cpu0 := readCPU()
+	cpu0 := netlab.ReadCPU()
 	stopSampling := sampleBacklog(shapedQ)
 	stopCapture := r.captureRun(t, &run, cc, lim)
 	defer stopCapture()
@@ -655,7 +655,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	results, err := window(ctx, cs, dur, readTx(tx0, &tx0At), readTx(tx1, &tx1At))
 	stopCapture()
 	t1 := time.Now()
-	cpu1 := readCPU()
+	cpu1 := netlab.ReadCPU()
 	prog1 := readProgStats(r.o.PinDir)
 	stopSampling()
 	if err != nil {

@@ -130,8 +130,13 @@ type IncastResult struct {
 	Drops    uint64
 	DropsRun uint64
 	// RxBps is what the receiver's interface received in the measurement
-	// window (frames, Ethernet headers included), bits/s.
-	RxBps float64
+	// window (frames, Ethernet headers included), bits/s; RxPktBytes the
+	// mean size of the packets it received (a TSO packet counts once).
+	RxBps      float64
+	RxPktBytes float64
+	// CPU is the whole machine's use in the measurement window (senders,
+	// bridge, bottleneck and receiver share its cores).
+	CPU CPUUse
 }
 
 // ReceiverRxBytes returns the bytes the receiver's interface has received:
@@ -172,14 +177,19 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 	// The clients connect (~100 ms: exec, connect), warm up, then measure.
 	dropsW := make(chan uint64, 1)
 	type rxAt struct {
-		b  uint64
-		at time.Time
+		b, pkts uint64
+		cpu     CPUTimes
+	}
+	readRx := func(into chan rxAt) {
+		b, err := in.ReceiverRxBytes()
+		p, perr := in.RxPackets(Receiver, incastLink)
+		if err == nil && perr == nil {
+			into <- rxAt{b, p, ReadCPU()}
+		}
 	}
 	rxW, rxE := make(chan rxAt, 1), make(chan rxAt, 1)
 	warm := time.AfterFunc(cfg.Warmup+200*time.Millisecond, func() {
-		if b, err := in.ReceiverRxBytes(); err == nil {
-			rxW <- rxAt{b, time.Now()}
-		}
+		readRx(rxW)
 		n, err := in.BottleneckDrops()
 		if err != nil {
 			n = drops0
@@ -189,11 +199,7 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 	defer warm.Stop()
 	// The window's end, a little before the clients stop (they connect
 	// about 100 ms after the start).
-	end := time.AfterFunc(cfg.Warmup+cfg.Duration, func() {
-		if b, err := in.ReceiverRxBytes(); err == nil {
-			rxE <- rxAt{b, time.Now()}
-		}
-	})
+	end := time.AfterFunc(cfg.Warmup+cfg.Duration, func() { readRx(rxE) })
 	defer end.Stop()
 	var wg sync.WaitGroup
 	for j, job := range jobs {
@@ -227,9 +233,13 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 	case a := <-rxW:
 		select {
 		case b := <-rxE:
-			if secs := b.at.Sub(a.at).Seconds(); secs > 0 {
+			if secs := b.cpu.At.Sub(a.cpu.At).Seconds(); secs > 0 {
 				r.RxBps = float64(b.b-a.b) * 8 / secs
 			}
+			if b.pkts > a.pkts {
+				r.RxPktBytes = float64(b.b-a.b) / float64(b.pkts-a.pkts)
+			}
+			r.CPU = b.cpu.Since(a.cpu)
 		default:
 		}
 	default:

@@ -448,11 +448,22 @@ func (l *Lab) TxBytes(host, link string) (uint64, error) {
 
 // RxBytes is the rx_bytes counter of host's interface on link.
 func (l *Lab) RxBytes(host, link string) (uint64, error) {
+	return l.rxStat(host, link, func(st *netlink.LinkStatistics) uint64 { return st.RxBytes })
+}
+
+// RxPackets is the rx_packets counter of host's interface on link: a veth
+// counts each packet its peer sent once, a TSO or GRO packet too, so bytes /
+// packets is the size of the packets the receiver's stack handles.
+func (l *Lab) RxPackets(host, link string) (uint64, error) {
+	return l.rxStat(host, link, func(st *netlink.LinkStatistics) uint64 { return st.RxPackets })
+}
+
+func (l *Lab) rxStat(host, link string, f func(*netlink.LinkStatistics) uint64) (uint64, error) {
 	h := l.hosts[host]
 	if h == nil || h.Dev[link] == "" {
 		return 0, fmt.Errorf("netlab: no host %q on link %q", host, link)
 	}
-	return linkStats(h.NS, h.Dev[link], func(st *netlink.LinkStatistics) uint64 { return st.RxBytes })
+	return linkStats(h.NS, h.Dev[link], f)
 }
 
 // TxBytes is the tx_bytes counter of dev in namespace ns.

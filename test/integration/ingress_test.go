@@ -180,8 +180,13 @@ func (l *inLab) runJobs(t *testing.T, label string, jobs []netlab.IncastJob) (*n
 //
 // HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged).
 func TestIngressIncast(t *testing.T) {
-	const bottleneck = 2_000_000_000
-	l := inSetup(t, "ingincast", netlab.IncastOptions{Senders: 4, Rate: bottleneck, Buffer: 128 << 10})
+	// HBM_INCAST_PORT (bits/s) changes the bottleneck port's rate, and
+	// HBM_INCAST_RATE the limit with it (experiments: CPU on two cores).
+	bottleneck := 2_000_000_000.0
+	if v := os.Getenv("HBM_INCAST_PORT"); v != "" {
+		fmt.Sscan(v, &bottleneck)
+	}
+	l := inSetup(t, "ingincast", netlab.IncastOptions{Senders: 4, Rate: uint64(bottleneck), Buffer: 128 << 10})
 	runs := 1
 	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
@@ -206,13 +211,16 @@ func TestIngressIncast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	type stats struct{ drops, retrans, p99, p50, good []float64 }
+	type stats struct{ drops, retrans, p99, p50, good, cpu, softirq, pkt []float64 }
 	add := func(st *stats, r *netlab.IncastResult) {
 		st.drops = append(st.drops, float64(r.Drops))
 		st.retrans = append(st.retrans, float64(r.Retransmits))
 		st.p99 = append(st.p99, r.RPCP99)
 		st.p50 = append(st.p50, r.RPCP50)
 		st.good = append(st.good, r.Goodput/bottleneck)
+		st.cpu = append(st.cpu, r.CPU.BusyCores)
+		st.softirq = append(st.softirq, r.CPU.SoftirqCores)
+		st.pkt = append(st.pkt, r.RxPktBytes)
 	}
 	med := result.Median
 	span := func(v []float64) string { return fmt.Sprintf("%.4g (%.4g-%.4g)", med(v), slices.Min(v), slices.Max(v)) }
@@ -250,8 +258,9 @@ func TestIngressIncast(t *testing.T) {
 				name string
 				st   stats
 			}{{"none", none}, {"hbm", with}} {
-				line := fmt.Sprintf("%-9s %-4s drops %s  retrans %s  10KB p50 %s us  worst p99 %s us  goodput/port %s",
-					ccName, x.name, span(x.st.drops), span(x.st.retrans), span(x.st.p50), span(x.st.p99), span(x.st.good))
+				line := fmt.Sprintf("%-9s %-4s drops %s  retrans %s  10KB p50 %s us  worst p99 %s us  goodput/port %s  cpu %s (softirq %s) cores  rx packet %s B",
+					ccName, x.name, span(x.st.drops), span(x.st.retrans), span(x.st.p50), span(x.st.p99), span(x.st.good),
+					span(x.st.cpu), span(x.st.softirq), span(x.st.pkt))
 				table = append(table, line)
 				t.Log(line)
 			}
