@@ -86,6 +86,10 @@ int hbm_ingress(struct __sk_buff *skb)
 		if (s && tp) {
 			v.counted = 1;
 			v.fresh = v.candidate = rx_fresh(&v.p, tp->data_segs_out, s);
+			/* Sticky: cubic's ECN leaves retransmissions Not-ECT. */
+			if (v.p.ecn != ECN_NOT_ECT)
+				s->rx_ect = 1;
+			v.ect = s->rx_ect;
 		}
 	}
 	if (v.p.is_tcp)

@@ -139,9 +139,11 @@ struct hbm_sock {
 	 * is dropped (policy.h, rx_protected). */
 	__u64 hole_ns;     /* when the hole was made (0: none) */
 	__u32 hole_end;    /* sequence number just past the dropped payload */
-	__u32 rx_rpc;      /* ingress: 1 while the socket's bursts fit in the fresh
+	__u16 rx_rpc;      /* ingress: 1 while the socket's bursts fit in the fresh
 	                    * burst (an RPC socket: rxfresh.h); its window stays open
 	                    * for a whole request */
+	__u16 rx_ect;      /* ingress: 1 once the flow's data arrived ECN-capable
+	                    * (ECT or CE): a mark-only limit acts on it (policy.h) */
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

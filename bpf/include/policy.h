@@ -53,6 +53,7 @@ struct verdict {
 	__u8 candidate;     /* egress: in the first 64 KB after idle (flow_fresh): an RPC */
 	__u8 fresh;         /* egress: ... and within every group's fresh budget:
 	                     * never marked, never dropped */
+	__u8 ect;           /* ingress: the flow's data arrives ECN-capable (hbm_sock.rx_ect) */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 };
@@ -217,6 +218,14 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	}
 	st->packets += v->p.segs;
 	st->bytes += v->p.wire_bytes;
+	/* A mark-only ingress limit (incast protection) signals with CE alone,
+	 * so it leaves a flow that cannot carry CE exactly as without HBM: no
+	 * window clamp either. Measured (docs/design.md): clamping cubic
+	 * without ECN to its share removed its incast drops but doubled its
+	 * 10 KB P99 and gave it 200 ms timeouts (a two-segment window cannot
+	 * fast-retransmit). */
+	if (v->dir == HBM_DIR_INGRESS && (cfg->flags & HBM_F_NO_DROP) && !v->ect)
+		share = 0;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
 	if (q->rpc_Bps && (!v->rpc_Bps || q->rpc_Bps < v->rpc_Bps))

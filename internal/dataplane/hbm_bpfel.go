@@ -97,7 +97,8 @@ type hbmHbmSock struct {
 	Burst     uint32
 	HoleNs    uint64
 	HoleEnd   uint32
-	RxRpc     uint32
+	RxRpc     uint16
+	RxEct     uint16
 }
 
 type hbmHbmStats struct {

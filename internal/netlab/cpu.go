@@ -54,3 +54,37 @@ func (c CPUTimes) Since(a CPUTimes) CPUUse {
 		SoftirqCores: float64(c.Softirq-a.Softirq) / clkTck / wall,
 	}
 }
+
+// Softnet is the per-CPU receive backlog's counters, summed over CPUs
+// (/proc/net/softnet_stat): packets dropped because a CPU's backlog was full
+// (netdev_max_backlog), and the times the receive softirq ran out of budget
+// with work left (time_squeeze). Both say the receiving CPUs, not the
+// network, were the bottleneck.
+type Softnet struct {
+	Dropped, Squeezed uint64
+}
+
+// ReadSoftnet reads the softnet counters; zero if unreadable.
+func ReadSoftnet() Softnet {
+	var s Softnet
+	b, err := os.ReadFile("/proc/net/softnet_stat")
+	if err != nil {
+		return s
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		d, _ := strconv.ParseUint(f[1], 16, 32)
+		q, _ := strconv.ParseUint(f[2], 16, 32)
+		s.Dropped += d
+		s.Squeezed += q
+	}
+	return s
+}
+
+// Since returns the counts from a to s (the counters are 32-bit and wrap).
+func (s Softnet) Since(a Softnet) Softnet {
+	return Softnet{Dropped: uint64(uint32(s.Dropped - a.Dropped)), Squeezed: uint64(uint32(s.Squeezed - a.Squeezed))}
+}

@@ -137,6 +137,9 @@ type IncastResult struct {
 	// CPU is the whole machine's use in the measurement window (senders,
 	// bridge, bottleneck and receiver share its cores).
 	CPU CPUUse
+	// Softnet is what the receiving CPUs' backlogs dropped and how often
+	// their softirq ran out of budget in the window (whole machine).
+	Softnet Softnet
 }
 
 // ReceiverRxBytes returns the bytes the receiver's interface has received:
@@ -179,12 +182,13 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 	type rxAt struct {
 		b, pkts uint64
 		cpu     CPUTimes
+		softnet Softnet
 	}
 	readRx := func(into chan rxAt) {
 		b, err := in.ReceiverRxBytes()
 		p, perr := in.RxPackets(Receiver, incastLink)
 		if err == nil && perr == nil {
-			into <- rxAt{b, p, ReadCPU()}
+			into <- rxAt{b, p, ReadCPU(), ReadSoftnet()}
 		}
 	}
 	rxW, rxE := make(chan rxAt, 1), make(chan rxAt, 1)
@@ -240,6 +244,7 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 				r.RxPktBytes = float64(b.b-a.b) / float64(b.pkts-a.pkts)
 			}
 			r.CPU = b.cpu.Since(a.cpu)
+			r.Softnet = b.softnet.Since(a.softnet)
 		default:
 		}
 	default:

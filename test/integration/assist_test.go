@@ -266,3 +266,37 @@ func TestRxWindowClamped(t *testing.T) {
 		t.Errorf("after unset and more segments the receiver's window clamp is %d bytes", after)
 	}
 }
+
+// TestRxWindowMarkOnlyECN: a mark-only ingress limit (--no-drop, incast
+// protection) clamps the window of a flow that sends ECN-capable data and
+// leaves a flow without ECN exactly as without HBM: it cannot be marked, and
+// a clamped window cost such flows their tail (docs/design.md).
+func TestRxWindowMarkOnlyECN(t *testing.T) {
+	l := egSetup(t, "rxecn")
+	group, dir := l.cgroup(t, "r")
+	host, _, err := net.SplitHostPort(l.tb.ReceiverAddr(1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.hbm.SetIngress(group, "100mbit", "--no-drop"); err != nil {
+		t.Fatal(err)
+	}
+	const clampMax = 16 << 10 // as in TestRxWindowClamped
+	t.Cleanup(func() { l.tb.SetECN(false) })
+	clampOf := func(ecn bool) int {
+		if err := l.tb.SetECN(ecn); err != nil {
+			t.Fatal(err)
+		}
+		c, s := tcpPair(t, dir, true, l.tb.ReceiverNS, l.tb.SenderNS, host)
+		bulk(t, c, s, time.Second)
+		return sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
+	}
+	plain, ecn := clampOf(false), clampOf(true)
+	t.Logf("window clamp under a mark-only 100mbit limit: %d bytes without ECN, %d with", plain, ecn)
+	if plain <= clampMax {
+		t.Errorf("a flow without ECN has window clamp %d bytes under a mark-only limit: want it left alone (> %d)", plain, clampMax)
+	}
+	if ecn > clampMax {
+		t.Errorf("an ECN flow has window clamp %d bytes under a mark-only 100mbit limit, want <= %d", ecn, clampMax)
+	}
+}

@@ -168,15 +168,16 @@ func (l *inLab) runJobs(t *testing.T, label string, jobs []netlab.IncastJob) (*n
 // ECN senders (cubic+ECN, DCTCP): at least 10x fewer bottleneck drops
 // (target: none), at least 10x fewer retransmissions (target 100x), goodput
 // at least 0.75 of the bottleneck (target 0.85): bounds a loaded CI machine
-// passes and a limiter that does nothing fails. Senders without
-// ECN (cubic): no more bottleneck drops than without HBM.
+// passes and a limiter that does nothing fails. Senders without ECN
+// (cubic): left as without HBM, the same drops and tail within noise.
 //
-// The tail: the design target (the worst sender's 10 KB P99 3x lower than
-// without HBM) is NOT met (docs/design.md, "Incast protection": medians of
-// 3 show it 2-3x higher, for every cc, and the time is spent with the whole
-// request unread in the receiving application, not in the network). The
-// test asserts only that it stays within 5x of no HBM, which catches the
-// 200 ms timeout tails of a broken assist; tighten it when the tail is fixed.
+// The tail of ECN senders: the design target (the worst sender's 10 KB P99
+// 3x lower than without HBM) is NOT met on this 2-core machine
+// (docs/design.md, "Incast protection": 2-3x higher). The lab logs why: every
+// flow is held at its two-segment floor, the senders send one segment per
+// packet instead of ~5, and the machine's two cores are saturated. The test
+// asserts only that it stays within 5x of no HBM, which catches the 200 ms
+// timeout tails of a broken assist; tighten it when the tail is fixed.
 //
 // HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged).
 func TestIngressIncast(t *testing.T) {
@@ -211,7 +212,7 @@ func TestIngressIncast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	type stats struct{ drops, retrans, p99, p50, good, cpu, softirq, pkt []float64 }
+	type stats struct{ drops, retrans, p99, p50, good, cpu, softirq, pkt, backlogDrops, squeezed []float64 }
 	add := func(st *stats, r *netlab.IncastResult) {
 		st.drops = append(st.drops, float64(r.Drops))
 		st.retrans = append(st.retrans, float64(r.Retransmits))
@@ -221,6 +222,8 @@ func TestIngressIncast(t *testing.T) {
 		st.cpu = append(st.cpu, r.CPU.BusyCores)
 		st.softirq = append(st.softirq, r.CPU.SoftirqCores)
 		st.pkt = append(st.pkt, r.RxPktBytes)
+		st.backlogDrops = append(st.backlogDrops, float64(r.Softnet.Dropped))
+		st.squeezed = append(st.squeezed, float64(r.Softnet.Squeezed))
 	}
 	med := result.Median
 	span := func(v []float64) string { return fmt.Sprintf("%.4g (%.4g-%.4g)", med(v), slices.Min(v), slices.Max(v)) }
@@ -258,9 +261,9 @@ func TestIngressIncast(t *testing.T) {
 				name string
 				st   stats
 			}{{"none", none}, {"hbm", with}} {
-				line := fmt.Sprintf("%-9s %-4s drops %s  retrans %s  10KB p50 %s us  worst p99 %s us  goodput/port %s  cpu %s (softirq %s) cores  rx packet %s B",
+				line := fmt.Sprintf("%-9s %-4s drops %s  retrans %s  10KB p50 %s us  worst p99 %s us  goodput/port %s  cpu %s (softirq %s) cores  rx packet %s B  backlog drops %s  squeezed %s",
 					ccName, x.name, span(x.st.drops), span(x.st.retrans), span(x.st.p50), span(x.st.p99), span(x.st.good),
-					span(x.st.cpu), span(x.st.softirq), span(x.st.pkt))
+					span(x.st.cpu), span(x.st.softirq), span(x.st.pkt), span(x.st.backlogDrops), span(x.st.squeezed))
 				table = append(table, line)
 				t.Log(line)
 			}
@@ -274,8 +277,15 @@ func TestIngressIncast(t *testing.T) {
 				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: more than 5x worse", med(with.p99), med(none.p99))
 			}
 			if ccName == "cubic" {
-				if med(with.drops) > med(none.drops) {
+				// A mark-only limit leaves senders without ECN as without
+				// HBM (no marks possible, no window clamp): the same drops
+				// and tail, within run-to-run noise. Before, the clamp
+				// doubled the tail (18 ms against 9.4).
+				if med(with.drops) > 1.3*med(none.drops) {
 					t.Errorf("non-ECN: bottleneck drops %.0f with HBM, %.0f without: worse", med(with.drops), med(none.drops))
+				}
+				if med(with.p99) > 1.5*med(none.p99) {
+					t.Errorf("non-ECN: worst 10 KB P99 %.0f us with HBM, %.0f us without: worse", med(with.p99), med(none.p99))
 				}
 				return
 			}

@@ -82,7 +82,8 @@ type rxfreshHbmSock struct {
 	Burst     uint32
 	HoleNs    uint64
 	HoleEnd   uint32
-	RxRpc     uint32
+	RxRpc     uint16
+	RxEct     uint16
 }
 
 type rxfreshHbmStats struct {
