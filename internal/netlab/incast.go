@@ -117,7 +117,8 @@ func (in *Incast) StartServer(bin, cgroupDir string, port int) (*Proc, error) {
 type IncastResult struct {
 	Senders []*workload.Result
 	// Sums and extremes over the senders.
-	Goodput     float64 // bulk bits/s the receiver read, all senders
+	Goodput      float64 // bulk bits/s the receiver read, all senders
+	TotalGoodput float64 // bulk + RPC request bits/s, all senders
 	Retransmits uint64
 	DeliveredCE uint64
 	RPCP50      float64 // median over senders of their RPC P50, us
@@ -252,6 +253,7 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 	var p50s []float64
 	for k, s := range res {
 		r.Goodput += s.Goodput
+		r.TotalGoodput += s.TotalGoodput
 		r.Retransmits += s.Retransmits
 		r.DeliveredCE += s.DeliveredCE
 		if jobs[k/len(in.Senders)].Cfg.RPCs == 0 {

@@ -173,11 +173,11 @@ func (l *inLab) runJobs(t *testing.T, label string, jobs []netlab.IncastJob) (*n
 //
 // The tail of ECN senders: the design target (the worst sender's 10 KB P99
 // 3x lower than without HBM) is NOT met on this 2-core machine
-// (docs/design.md, "Incast protection": 2-3x higher). The lab logs why: every
-// flow is held at its two-segment floor, the senders send one segment per
-// packet instead of ~5, and the machine's two cores are saturated. The test
-// asserts only that it stays within 5x of no HBM, which catches the 200 ms
-// timeout tails of a broken assist; tighten it when the tail is fixed.
+// (docs/design.md, "Incast protection"): it is about as without HBM. The test
+// asserts it within 2x of no HBM, which fails the earlier design that also
+// CE-marked the clamped flows (2.7x: one-segment packets, both cores busy)
+// and the 200 ms timeout tails of a broken assist. Goodput counts bulk and
+// RPC bytes.
 //
 // HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged).
 func TestIngressIncast(t *testing.T) {
@@ -212,13 +212,14 @@ func TestIngressIncast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	type stats struct{ drops, retrans, p99, p50, good, cpu, softirq, pkt, backlogDrops, squeezed []float64 }
+	type stats struct{ drops, retrans, p99, p50, good, total, cpu, softirq, pkt, backlogDrops, squeezed []float64 }
 	add := func(st *stats, r *netlab.IncastResult) {
 		st.drops = append(st.drops, float64(r.Drops))
 		st.retrans = append(st.retrans, float64(r.Retransmits))
 		st.p99 = append(st.p99, r.RPCP99)
 		st.p50 = append(st.p50, r.RPCP50)
 		st.good = append(st.good, r.Goodput/bottleneck)
+		st.total = append(st.total, r.TotalGoodput/bottleneck)
 		st.cpu = append(st.cpu, r.CPU.BusyCores)
 		st.softirq = append(st.softirq, r.CPU.SoftirqCores)
 		st.pkt = append(st.pkt, r.RxPktBytes)
@@ -261,20 +262,21 @@ func TestIngressIncast(t *testing.T) {
 				name string
 				st   stats
 			}{{"none", none}, {"hbm", with}} {
-				line := fmt.Sprintf("%-9s %-4s drops %s  retrans %s  10KB p50 %s us  worst p99 %s us  goodput/port %s  cpu %s (softirq %s) cores  rx packet %s B  backlog drops %s  squeezed %s",
-					ccName, x.name, span(x.st.drops), span(x.st.retrans), span(x.st.p50), span(x.st.p99), span(x.st.good),
+				line := fmt.Sprintf("%-9s %-4s drops %s  retrans %s  10KB p50 %s us  worst p99 %s us  goodput/port %s (bulk %s)  cpu %s (softirq %s) cores  rx packet %s B  backlog drops %s  squeezed %s",
+					ccName, x.name, span(x.st.drops), span(x.st.retrans), span(x.st.p50), span(x.st.p99), span(x.st.total), span(x.st.good),
 					span(x.st.cpu), span(x.st.softirq), span(x.st.pkt), span(x.st.backlogDrops), span(x.st.squeezed))
 				table = append(table, line)
 				t.Log(line)
 			}
+			t.Logf("%s: hbm marked %d packets in %d run(s) (ECN flows the window assist holds are not marked)", ccName, marked, runs)
 			if dropped != 0 {
 				t.Errorf("--no-drop limit dropped %d packets", dropped)
 			}
 			if med(none.retrans) < 100 || med(none.drops) < 100 {
 				t.Fatalf("without HBM only %.0f retransmissions and %.0f bottleneck drops: the testbed made no incast", med(none.retrans), med(none.drops))
 			}
-			if med(with.p99) > 5*med(none.p99) {
-				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: more than 5x worse", med(with.p99), med(none.p99))
+			if med(with.p99) > 2*med(none.p99) {
+				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: more than 2x worse", med(with.p99), med(none.p99))
 			}
 			if ccName == "cubic" {
 				// A mark-only limit leaves senders without ECN as without
@@ -289,9 +291,6 @@ func TestIngressIncast(t *testing.T) {
 				}
 				return
 			}
-			if marked == 0 {
-				t.Errorf("the limit marked nothing: no incast reached it?")
-			}
 			// Target 0 drops and 100x fewer retransmissions; on a quiet
 			// machine 0-18 drops against 6,400 and 77-138x; with another
 			// job running 180-260 against 3,400-7,700 and 24x.
@@ -301,7 +300,7 @@ func TestIngressIncast(t *testing.T) {
 			if med(with.retrans)*10 > med(none.retrans) {
 				t.Errorf("retransmissions %.0f with HBM, %.0f without: want at least 10x fewer", med(with.retrans), med(none.retrans))
 			}
-			if g := med(with.good); g < 0.75 {
+			if g := med(with.total); g < 0.75 {
 				t.Errorf("goodput with HBM is %.3f of the bottleneck, want >= 0.75", g)
 			}
 		})
