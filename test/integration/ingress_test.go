@@ -278,7 +278,7 @@ func TestIngressIncast(t *testing.T) {
 			if med(with.p99) > 2*med(none.p99) {
 				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: more than 2x worse", med(with.p99), med(none.p99))
 			}
-			if ccName == "cubic" {
+			if ecn := ccName == "dctcp" || strings.HasSuffix(ccName, "+ecn"); !ecn { // as ccSetup
 				// A mark-only limit leaves senders without ECN as without
 				// HBM (no marks possible, no window clamp): the same drops
 				// and tail, within run-to-run noise. Before, the clamp
