@@ -90,6 +90,7 @@ int hbm_ingress(struct __sk_buff *skb)
 			if (v.p.ecn != ECN_NOT_ECT)
 				s->rx_ect = 1;
 			v.ect = s->rx_ect;
+			v.clamped = s->applied != 0;
 		}
 	}
 	if (v.p.is_tcp)

@@ -54,6 +54,7 @@ struct verdict {
 	__u8 fresh;         /* egress: ... and within every group's fresh budget:
 	                     * never marked, never dropped */
 	__u8 ect;           /* ingress: the flow's data arrives ECN-capable (hbm_sock.rx_ect) */
+	__u8 clamped;       /* ingress: the window assist has clamped the socket (hbm_sock.applied) */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 };
@@ -241,9 +242,10 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	 * rate and no drops either way, but 1.6 KB packets instead of 4.6 KB,
 	 * two cores saturated and the 10 KB P99 27 ms against 6 ms
 	 * (docs/design.md). Marks stay for traffic the clamp cannot reach
-	 * (UDP, sockets without assist state) and with --no-pace. */
+	 * (UDP, sockets the assist has not clamped: e.g. connected before the
+	 * limit where the socket walk did not reach) and with --no-pace. */
 	if (v->dir == HBM_DIR_INGRESS && (cfg->flags & HBM_F_NO_DROP) && (cfg->flags & HBM_F_PACE) &&
-	    v->counted && v->ect)
+	    v->ect && v->clamped)
 		return 0;
 
 	if (v->p.ecn != ECN_NOT_ECT) {

@@ -67,12 +67,14 @@ tbit for bits per second; bps, kbps, mbps, gbps for bytes per second; from
 8kbit to 400gbit. Setting a limited group again changes its limit in place:
 no detach, no unlimited burst, counters kept.
 
-Ingress can only signal the senders: CE marks on ECN-capable packets past
---mark, drops past the drop thresholds (never pure ACKs, a burst's last
-segment, or more than one loss per flow at a time). With --no-drop it only
-marks: the incast-protection mode, e.g. on the root group just below the link
-rate, so ECN senders back off before the switch buffer in front of the host
-overflows.
+Ingress can only signal the senders: a receive-window clamp at each flow's
+share, CE marks on ECN-capable packets past --mark, drops past the drop
+thresholds (never pure ACKs, a burst's last segment, or more than one loss
+per flow at a time). With --no-drop it never drops: the incast-protection
+mode, e.g. on the root group just below the link rate, so ECN senders back
+off before the switch buffer in front of the host overflows. It holds ECN TCP
+flows with the window clamp (no marks: they would only shrink their packets),
+marks other ECN traffic, and leaves senders without ECN as they are.
 
 The options apply to every direction named in the same call; set the
 directions in two calls to give them different options. Thresholds are times
@@ -81,7 +83,7 @@ low rates.`,
 		Example: `  hbm set /workload/batch --egress 200mbit
   hbm set /sys/fs/cgroup/unified/workload/batch --egress 1.5gbit
   hbm set /workload/batch --egress 200mbit --ingress 500mbit
-  hbm set / --ingress 9gbit --no-drop --mark 500us
+  hbm set / --ingress 9gbit --no-drop
   hbm set / --egress 9gbit --mark 500us`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
