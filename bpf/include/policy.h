@@ -54,7 +54,8 @@ struct verdict {
 	__u8 fresh;         /* egress: ... and within every group's fresh budget:
 	                     * never marked, never dropped */
 	__u8 ect;           /* ingress: the flow's data arrives ECN-capable (hbm_sock.rx_ect) */
-	__u8 clamped;       /* ingress: the window assist has clamped the socket (hbm_sock.applied) */
+	__u8 at_floor;      /* ingress: the window assist holds the socket at its
+	                     * two-segment floor (hbm.bpf.c) */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 };
@@ -234,18 +235,20 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	if (backlog <= (__s64)cfg->mark_ns || v->candidate)
 		return 0;
 	/* A mark-only ingress limit does not mark a TCP flow whose window the
-	 * assist clamps to its share (rxwin.h): the clamp already holds it to
-	 * its share, or to the two-segment floor, below which CE cannot push
-	 * it either (cwnd's floor is two segments too). Marks would only make
-	 * the receiver ACK every segment (quick-ACK on CE) and the sender send
-	 * one segment per packet: measured on the incast benchmark, the same
-	 * rate and no drops either way, but 1.6 KB packets instead of 4.6 KB,
-	 * two cores saturated and the 10 KB P99 27 ms against 6 ms
-	 * (docs/design.md). Marks stay for traffic the clamp cannot reach
-	 * (UDP, sockets the assist has not clamped: e.g. connected before the
-	 * limit where the socket walk did not reach) and with --no-pace. */
+	 * assist holds at its two-segment floor (rxwin.h): CE cannot push it
+	 * below that either (cwnd's floor is two segments too). It would only
+	 * make the receiver ACK every segment (quick-ACK on CE) and the sender
+	 * send one segment per packet: measured on the incast benchmark with
+	 * streams, the same rate and no drops either way, but 1.6 KB packets
+	 * instead of 4 KB, two cores saturated and the 10 KB P99 27 ms
+	 * against 8-10 ms (docs/design.md). A flow clamped above its floor is
+	 * marked as before: with back-to-back 1 MB and 8 MB requests, windows
+	 * open between bursts, and CE is what keeps their first round trips
+	 * from overflowing a shallow buffer. Marks also stay for traffic the
+	 * clamp cannot reach (UDP, sockets the assist never clamped) and with
+	 * --no-pace. */
 	if (v->dir == HBM_DIR_INGRESS && (cfg->flags & HBM_F_NO_DROP) && (cfg->flags & HBM_F_PACE) &&
-	    v->ect && v->clamped)
+	    v->ect && v->at_floor)
 		return 0;
 
 	if (v->p.ecn != ECN_NOT_ECT) {
