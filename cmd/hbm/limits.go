@@ -73,8 +73,8 @@ thresholds (never pure ACKs, a burst's last segment, or more than one loss
 per flow at a time). With --no-drop it never drops: the incast-protection
 mode, e.g. on the root group just below the link rate, so ECN senders back
 off before the switch buffer in front of the host overflows. It holds ECN TCP
-flows with the window clamp (no marks: they would only shrink their packets),
-marks other ECN traffic, and leaves senders without ECN as they are.
+flows with the window clamp, marks those the window can still slow and other
+ECN traffic, and leaves senders without ECN as they are.
 
 The options apply to every direction named in the same call; set the
 directions in two calls to give them different options. Thresholds are times

@@ -268,7 +268,7 @@ func TestIngressIncast(t *testing.T) {
 				table = append(table, line)
 				t.Log(line)
 			}
-			t.Logf("%s: hbm marked %d packets in %d run(s) (ECN flows the window assist holds are not marked)", ccName, marked, runs)
+			t.Logf("%s: hbm marked %d packets in %d run(s) (ECN flows the window assist holds at their floor are not marked)", ccName, marked, runs)
 			if dropped != 0 {
 				t.Errorf("--no-drop limit dropped %d packets", dropped)
 			}
