@@ -119,11 +119,11 @@ type IncastResult struct {
 	// Sums and extremes over the senders.
 	Goodput      float64 // bulk bits/s the receiver read, all senders
 	TotalGoodput float64 // bulk + RPC request bits/s, all senders
-	Retransmits uint64
-	DeliveredCE uint64
-	RPCP50      float64 // median over senders of their RPC P50, us
-	RPCP99      float64 // worst sender's RPC P99, us
-	RPCCount    int64
+	Retransmits  uint64
+	DeliveredCE  uint64
+	RPCP50       float64 // median over senders of their RPC P50, us
+	RPCP99       float64 // worst sender's RPC P99, us
+	RPCCount     int64
 	// Drops are the bottleneck queue's drops from the end of the warm-up to
 	// the end of the run, the window the retransmissions are counted in;
 	// DropsRun over the whole run, connection set-up and slow start
