@@ -9,7 +9,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 )
@@ -36,13 +35,7 @@ func pinExists(path string) bool {
 }
 
 // dirID is the cgroup id of the group at dir (0 if it cannot be read).
-func dirID(dir string) uint64 {
-	var st unix.Stat_t
-	if unix.Stat(dir, &st) != nil {
-		return 0
-	}
-	return st.Ino
-}
+func dirID(dir string) uint64 { return inode(dir) }
 
 // coveredBy returns the id of the group whose attachment serves g's
 // direction d: g's own, or its nearest attached ancestor's; 0 if none.

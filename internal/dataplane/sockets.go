@@ -49,14 +49,14 @@ func (m *Manager) walkSockets(g cgroup.Group, d Direction, release bool) (seen, 
 	defer it.Close()
 
 	var errs []error
-	spaces := netnsOf(g)
+	var assisted []string
 	if release {
 		// The namespaces where the assists changed sockets of g or below:
 		// no process of g may be left there (measured: a receiver's clamp
 		// outlived the unset because the walk never entered its namespace).
-		spaces = appendNew(spaces, m.assistedNetns(g))
+		assisted = m.assistedNetns(g)
 	}
-	for _, ns := range spaces {
+	for _, ns := range netnsOf(g, assisted) {
 		if err := inNetns(ns, func() error { return drain(it) }); err != nil {
 			errs = append(errs, fmt.Errorf("netns %s: %w", ns, err))
 		}
@@ -79,16 +79,17 @@ func drain(it *link.Iter) error {
 }
 
 // netnsOf lists the network namespaces (as /proc/PID/ns/net paths, one per
-// namespace) of the processes in g and below, with hbm's own first.
-func netnsOf(g cgroup.Group) []string {
+// namespace) of the processes in g and below, with hbm's own first, then
+// those of also not already listed.
+func netnsOf(g cgroup.Group, also []string) []string {
 	seen := map[uint64]bool{}
 	out := []string{}
 	add := func(path string) {
-		var st unix.Stat_t
-		if unix.Stat(path, &st) != nil || seen[st.Ino] {
+		ino := inode(path)
+		if ino == 0 || seen[ino] {
 			return
 		}
-		seen[st.Ino] = true
+		seen[ino] = true
 		out = append(out, path)
 	}
 	add("/proc/self/ns/net")
@@ -112,6 +113,9 @@ func netnsOf(g cgroup.Group) []string {
 		}
 		return nil
 	})
+	for _, p := range also {
+		add(p)
+	}
 	return out
 }
 
@@ -143,26 +147,14 @@ func inNetns(path string, fn func() error) error {
 	return ferr
 }
 
-// appendNew appends the namespaces of b (paths) not already in a.
-func appendNew(a, b []string) []string {
-	ino := func(p string) uint64 {
-		var st unix.Stat_t
-		if unix.Stat(p, &st) != nil {
-			return 0
-		}
-		return st.Ino
+// inode is the inode number of the file at path (0 if it cannot be read):
+// a network namespace's identity, and a cgroup2 directory's id.
+func inode(path string) uint64 {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return 0
 	}
-	have := map[uint64]bool{}
-	for _, p := range a {
-		have[ino(p)] = true
-	}
-	for _, p := range b {
-		if i := ino(p); i != 0 && !have[i] {
-			have[i] = true
-			a = append(a, p)
-		}
-	}
-	return a
+	return st.Ino
 }
 
 // assistedNetns returns a path for each network namespace in which an
@@ -176,9 +168,8 @@ func (m *Manager) assistedNetns(g cgroup.Group) []string {
 	ids := map[uint64]bool{g.ID: true}
 	filepath.WalkDir(g.Dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() {
-			var st unix.Stat_t
-			if unix.Stat(p, &st) == nil {
-				ids[st.Ino] = true // a cgroup2 directory's inode is its id
+			if id := dirID(p); id != 0 {
+				ids[id] = true
 			}
 		}
 		return nil
@@ -205,9 +196,8 @@ func (m *Manager) assistedNetns(g cgroup.Group) []string {
 func findNetns(want map[uint64]bool) []string {
 	var out []string
 	try := func(p string) {
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil && want[st.Ino] {
-			delete(want, st.Ino)
+		if ino := inode(p); want[ino] {
+			delete(want, ino)
 			out = append(out, p)
 		}
 	}

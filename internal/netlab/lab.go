@@ -446,24 +446,21 @@ func (l *Lab) TxBytes(host, link string) (uint64, error) {
 	return TxBytes(h.NS, h.Dev[link])
 }
 
-// RxBytes is the rx_bytes counter of host's interface on link.
-func (l *Lab) RxBytes(host, link string) (uint64, error) {
-	return l.rxStat(host, link, func(st *netlink.LinkStatistics) uint64 { return st.RxBytes })
-}
-
-// RxPackets is the rx_packets counter of host's interface on link: a veth
-// counts each packet its peer sent once, a TSO or GRO packet too, so bytes /
-// packets is the size of the packets the receiver's stack handles.
-func (l *Lab) RxPackets(host, link string) (uint64, error) {
-	return l.rxStat(host, link, func(st *netlink.LinkStatistics) uint64 { return st.RxPackets })
-}
-
-func (l *Lab) rxStat(host, link string, f func(*netlink.LinkStatistics) uint64) (uint64, error) {
+// RxCounters reads the rx_bytes and rx_packets counters of host's
+// interface on link, in one read. A veth counts each packet its peer sent
+// once, a TSO or GRO packet too, so bytes / packets is the size of the
+// packets the receiver's stack handles; bytes are whole frames, Ethernet
+// header included.
+func (l *Lab) RxCounters(host, link string) (bytes, packets uint64, err error) {
 	h := l.hosts[host]
 	if h == nil || h.Dev[link] == "" {
-		return 0, fmt.Errorf("netlab: no host %q on link %q", host, link)
+		return 0, 0, fmt.Errorf("netlab: no host %q on link %q", host, link)
 	}
-	return linkStats(h.NS, h.Dev[link], f)
+	st, err := linkStatistics(h.NS, h.Dev[link])
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.RxBytes, st.RxPackets, nil
 }
 
 // TxBytes is the tx_bytes counter of dev in namespace ns.
@@ -473,16 +470,24 @@ func TxBytes(ns, dev string) (uint64, error) {
 
 // linkStats reads one counter of dev's statistics in namespace ns.
 func linkStats(ns, dev string, get func(*netlink.LinkStatistics) uint64) (uint64, error) {
-	var n uint64
+	st, err := linkStatistics(ns, dev)
+	if err != nil {
+		return 0, err
+	}
+	return get(st), nil
+}
+
+// linkStatistics reads dev's statistics in namespace ns.
+func linkStatistics(ns, dev string) (*netlink.LinkStatistics, error) {
+	var st *netlink.LinkStatistics
 	err := withLink(ns, dev, func(_ *netlink.Handle, lk netlink.Link) error {
-		st := lk.Attrs().Statistics
+		st = lk.Attrs().Statistics
 		if st == nil {
 			return fmt.Errorf("netlab: %s in %s: no statistics", dev, ns)
 		}
-		n = get(st)
 		return nil
 	})
-	return n, err
+	return st, err
 }
 
 // Close stops every process the lab started and removes its namespaces

@@ -222,6 +222,28 @@ func bulk(t *testing.T, w, r *net.TCPConn, d time.Duration) {
 	<-done
 }
 
+// rxClampMax is the largest window clamp a receiver in a group limited to
+// 100mbit may have: 100 Mbit/s x 1 ms is 12.5 KB, and the RTT here is far
+// less.
+const rxClampMax = 16 << 10
+
+// rxSetup makes a pair lab with a receiving group "r" limited to
+// `--ingress 100mbit` plus args, and returns the group (as hbm takes it),
+// its directory and the receiver's address.
+func rxSetup(t *testing.T, name string, args ...string) (l *egLab, group, dir, host string) {
+	t.Helper()
+	l = egSetup(t, name)
+	group, dir = l.cgroup(t, "r")
+	host, _, err := net.SplitHostPort(l.tb.ReceiverAddr(1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.hbm.SetIngress(group, "100mbit", args...); err != nil {
+		t.Fatal(err)
+	}
+	return l, group, dir, host
+}
+
 // TestRxWindowClamped: a receiver in a group with an ingress limit, fed a
 // bulk stream in order over veth (the receive fast path), has its window
 // clamped to about the group's rate x RTT (at 100 Mbit/s and tens of
@@ -230,27 +252,18 @@ func bulk(t *testing.T, w, r *net.TCPConn, d time.Duration) {
 // no process of the group left in the receiver's network namespace (the
 // unset walk finds it in hbm_netns_map), and it stays lifted.
 func TestRxWindowClamped(t *testing.T) {
-	l := egSetup(t, "rxclamp")
-	group, dir := l.cgroup(t, "r")
-	host, _, err := net.SplitHostPort(l.tb.ReceiverAddr(1, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.hbm.SetIngress(group, "100mbit"); err != nil {
-		t.Fatal(err)
-	}
+	l, group, dir, host := rxSetup(t, "rxclamp")
 	c, s := tcpPair(t, dir, true, l.tb.ReceiverNS, l.tb.SenderNS, host)
 	c3, s3 := tcpPair(t, "", false, l.tb.ReceiverNS, l.tb.SenderNS, host)
 	bulk(t, c, s, time.Second)
 	bulk(t, c3, s3, time.Second)
-	const clampMax = 16 << 10 // 100 Mbit/s x 1 ms is 12.5 KB; the RTT here is far less
 	got := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
 	free := sockopt(t, s3, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP)
 	t.Logf("window clamp: %d bytes in the group, %d outside", got, free)
-	if got > clampMax {
-		t.Errorf("receiver in a group limited to 100mbit has window clamp %d bytes, want <= %d", got, clampMax)
+	if got > rxClampMax {
+		t.Errorf("receiver in a group limited to 100mbit has window clamp %d bytes, want <= %d", got, rxClampMax)
 	}
-	if free <= clampMax {
+	if free <= rxClampMax {
 		t.Errorf("receiver outside the group has window clamp %d bytes: the test cannot tell clamped from not", free)
 	}
 	if err := l.hbm.Unset(group); err != nil {
@@ -258,11 +271,11 @@ func TestRxWindowClamped(t *testing.T) {
 	}
 	// The unset walk lifted it before any further segment (no sockops
 	// program is attached any more to do it later); traffic keeps it so.
-	if after := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); after <= clampMax {
+	if after := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); after <= rxClampMax {
 		t.Errorf("right after unset the receiver's window clamp is still %d bytes", after)
 	}
 	ping(t, c, s)
-	if after := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); after <= clampMax {
+	if after := sockopt(t, s, unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP); after <= rxClampMax {
 		t.Errorf("after unset and more segments the receiver's window clamp is %d bytes", after)
 	}
 }
@@ -272,16 +285,7 @@ func TestRxWindowClamped(t *testing.T) {
 // leaves a flow without ECN exactly as without HBM: it cannot be marked, and
 // a clamped window cost such flows their tail (docs/design.md).
 func TestRxWindowMarkOnlyECN(t *testing.T) {
-	l := egSetup(t, "rxecn")
-	group, dir := l.cgroup(t, "r")
-	host, _, err := net.SplitHostPort(l.tb.ReceiverAddr(1, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.hbm.SetIngress(group, "100mbit", "--no-drop"); err != nil {
-		t.Fatal(err)
-	}
-	const clampMax = 16 << 10 // as in TestRxWindowClamped
+	l, _, dir, host := rxSetup(t, "rxecn", "--no-drop")
 	t.Cleanup(func() { l.tb.SetECN(false) })
 	clampOf := func(ecn bool) int {
 		if err := l.tb.SetECN(ecn); err != nil {
@@ -293,10 +297,10 @@ func TestRxWindowMarkOnlyECN(t *testing.T) {
 	}
 	plain, ecn := clampOf(false), clampOf(true)
 	t.Logf("window clamp under a mark-only 100mbit limit: %d bytes without ECN, %d with", plain, ecn)
-	if plain <= clampMax {
-		t.Errorf("a flow without ECN has window clamp %d bytes under a mark-only limit: want it left alone (> %d)", plain, clampMax)
+	if plain <= rxClampMax {
+		t.Errorf("a flow without ECN has window clamp %d bytes under a mark-only limit: want it left alone (> %d)", plain, rxClampMax)
 	}
-	if ecn > clampMax {
-		t.Errorf("an ECN flow has window clamp %d bytes under a mark-only 100mbit limit, want <= %d", ecn, clampMax)
+	if ecn > rxClampMax {
+		t.Errorf("an ECN flow has window clamp %d bytes under a mark-only 100mbit limit, want <= %d", ecn, rxClampMax)
 	}
 }

@@ -88,16 +88,23 @@ func inSetup(t *testing.T, name string, opts netlab.IncastOptions) *inLab {
 	return l
 }
 
+// ccECN reports whether the senders of ccName (as ccSetup takes it) use
+// ECN: DCTCP, and any cc with "+ecn".
+func ccECN(ccName string) bool {
+	cc, ecn := strings.CutSuffix(ccName, "+ecn")
+	return ecn || cc == "dctcp"
+}
+
 // ccSetup prepares every host for cc ("cubic+ecn", "dctcp", ...): ECN, and
 // for dctcp the receiver's route congctl. It skips the (sub)test when dctcp
 // is neither registered nor installable with `hbm cc install`; HBM's dctcp
 // installed here is removed at cleanup, one found installed is left alone.
 func (l *inLab) ccSetup(t *testing.T, ccName string) string {
 	t.Helper()
-	cc, ecn := strings.CutSuffix(ccName, "+ecn")
-	rcc := ""
+	cc, _ := strings.CutSuffix(ccName, "+ecn")
+	ecn, rcc := ccECN(ccName), ""
 	if cc == "dctcp" {
-		ecn, rcc = true, "dctcp"
+		rcc = "dctcp"
 		if !ccHas("dctcp") {
 			out, err := exec.Command(l.bin, "cc", "install", "dctcp").CombinedOutput()
 			if err != nil || !ccHas("dctcp") {
@@ -278,7 +285,7 @@ func TestIngressIncast(t *testing.T) {
 			if med(with.p99) > 2*med(none.p99) {
 				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: more than 2x worse", med(with.p99), med(none.p99))
 			}
-			if ecn := ccName == "dctcp" || strings.HasSuffix(ccName, "+ecn"); !ecn { // as ccSetup
+			if !ccECN(ccName) {
 				// A mark-only limit leaves senders without ECN as without
 				// HBM (no marks possible, no window clamp): the same drops
 				// and tail, within run-to-run noise. Before, the clamp
