@@ -43,6 +43,14 @@ segments), CE-marked segments and ECE echoes. Per round: start, RTT, bytes
 sent and acknowledged, bytes in flight at its end (the window), CE, ECE and
 retransmissions.
 
+Request/response connections (both sides sent data; an RPC) also get their
+exchanges: a request is the requester's data up to the peer's next data, its
+response. Each exchange's response time is split at the peer's first ACK of
+the request's last byte: network (the path and the peer's kernel) and peer
+(its application answering a request its kernel already had). Captured on the
+requester's host, this tells a network tail from an application tail. The
+requester is the side that sent the SYN, else the one with the higher port.
+
 A capture of headers only (tcpdump -s 128) is enough: payload lengths come
 from the IP headers.
 
@@ -52,6 +60,7 @@ connection's rate, window and marks.`,
 		Example: `  tcpdump -i eth0 -s 128 -w flow.pcap tcp port 5201
   hbm analyze flow.pcap
   hbm analyze flow.pcap --json | jq '.connections[0].rtt_us'
+  hbm analyze rpc.pcap --json | jq '.connections[].exchanges | select(.) | .network_us.p99'
   hbm analyze flow.pcap --out report/`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -120,6 +129,10 @@ func printAnalysis(out io.Writer, rep *schema.Report, maxRounds int) {
 			fmt.Fprintf(out, "  RTT min %s, p50 %s, p99 %s (%d samples)\n", usStr(c.RTT.Min), usStr(c.RTT.P50), usStr(c.RTT.P99), c.RTT.Samples)
 		} else {
 			fmt.Fprintf(out, "  RTT: no samples\n")
+		}
+		if e := c.Exchanges; e != nil {
+			fmt.Fprintf(out, "  %d request/response exchanges, requests from %s: response p50 %s, p99 %s; network p50 %s, p99 %s; peer p50 %s, p99 %s\n",
+				e.Count, e.Requester, usStr(e.Response.P50), usStr(e.Response.P99), usStr(e.Network.P50), usStr(e.Network.P99), usStr(e.Peer.P50), usStr(e.Peer.P99))
 		}
 		if len(c.Rounds) == 0 {
 			continue

@@ -115,3 +115,25 @@ func TestAnalyzeErrors(t *testing.T) {
 		}
 	}
 }
+
+// An RPC connection's exchanges: the text line and the JSON fields.
+func TestAnalyzeExchanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rpc.pcap")
+	pcaptest.WriteRPC(t, path, net.IPv4(198, 18, 9, 1), net.IPv4(198, 18, 9, 2), 128, 5)
+	out, err := runCLI("analyze", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "5 request/response exchanges, requests from 198.18.9.1:40000: response p50 500µs, p99 500µs; network p50 100µs, p99 100µs; peer p50 400µs, p99 400µs"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	out, err = runCLI("analyze", "--json", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"exchanges"`, `"requester"`, `"response_us"`, `"network_us"`, `"peer_us"`, `"p90"`, `"max"`} {
+		if !strings.Contains(out, k) {
+			t.Errorf("JSON lacks %s", k)
+		}
+	}
+}

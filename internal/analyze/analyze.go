@@ -149,6 +149,9 @@ func (c *conn) summary() schema.Connection {
 		Packets:                 c.packets,
 		Rounds:                  make([]schema.Round, 0, len(f.rounds)+1),
 	}
+	if c.ex.known {
+		out.Exchanges = c.ex.summary(ends[c.ex.requester])
+	}
 	rounds := f.rounds
 	if f.roundOpen {
 		last := f.cur

@@ -334,3 +334,49 @@ func TestErrors(t *testing.T) {
 		}
 	})
 }
+
+// rpc is two request/response exchanges after the handshake: a 2,920-byte
+// request ACKed by the server's kernel 100 µs after its first byte and
+// answered 400 µs after that; then a 1,460-byte request whose response
+// carries the ACK 300 µs after it. Server data the client did not ask for
+// (a second response segment) opens no exchange.
+func rpc() []seg {
+	s := handshake()
+	return append(s,
+		d(1000, 0, 1460), d(1001, 1460, 1460),
+		a(1100, 2920),
+		seg{at: 1500, fromSrv: true, seq: srvISN + 1, ack: cs(2920), n: 64},
+		seg{at: 1501, fromSrv: true, seq: srvISN + 65, ack: cs(2920), n: 64},
+		seg{at: 2000, seq: cs(2920), ack: srvISN + 129, n: 1460},
+		seg{at: 2300, fromSrv: true, seq: srvISN + 129, ack: cs(4380), n: 64},
+	)
+}
+
+func TestExchanges(t *testing.T) {
+	c := one(t, analyse(t, capture(t, rpc(), capOpts{})))
+	want := &schema.Exchanges{
+		Requester: "198.18.7.1:40000", Count: 2,
+		Response: schema.Latency{P50: 300, P90: 500, P99: 500, Max: 500},
+		Network:  schema.Latency{P50: 100, P90: 300, P99: 300, Max: 300},
+		Peer:     schema.Latency{P50: 0, P90: 400, P99: 400, Max: 400},
+	}
+	if !reflect.DeepEqual(c.Exchanges, want) {
+		t.Errorf("exchanges %+v, want %+v", c.Exchanges, want)
+	}
+	// Without the handshake the capture begins with the first request; the
+	// client is still the requester (its port is the higher one).
+	c = one(t, analyse(t, capture(t, rpc()[3:], capOpts{})))
+	if !reflect.DeepEqual(c.Exchanges, want) {
+		t.Errorf("no handshake: exchanges %+v, want %+v", c.Exchanges, want)
+	}
+	// Beginning mid-exchange, with the server's response: that response
+	// answers nothing seen, and the second exchange is the only one.
+	c = one(t, analyse(t, capture(t, rpc()[6:], capOpts{})))
+	if e := c.Exchanges; e == nil || e.Requester != "198.18.7.1:40000" || e.Count != 1 || e.Response.Max != 300 || e.Peer.Max != 0 {
+		t.Errorf("from the response on: exchanges %+v, want one of 300 µs from the client", e)
+	}
+	// A one-way transfer has none.
+	if c := one(t, analyse(t, capture(t, basic(), capOpts{}))); c.Exchanges != nil {
+		t.Errorf("bulk transfer: exchanges %+v, want none", c.Exchanges)
+	}
+}

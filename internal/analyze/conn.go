@@ -40,6 +40,7 @@ type conn struct {
 	client      int // the side that sent the first SYN, when seen
 	clientKnown bool
 	dir         [2]flow // dir[s]: data sent by side s
+	ex          exchanges
 }
 
 // segRec is a new-data segment waiting for its ACK: an RTT sample to be.
@@ -168,6 +169,9 @@ func (c *conn) add(p *packet, s int) {
 	}
 	if p.hasAck {
 		c.ackOf(p, 1-s)
+		if peer := &c.dir[1-s]; peer.init {
+			c.ex.onAck(1-s, peer.una, p.ts)
+		}
 	}
 }
 
@@ -218,6 +222,7 @@ func (c *conn) data(p *packet, s int) {
 	if end > f.sndMax {
 		f.q = append(f.q, segRec{end: end, t: p.ts, retrans: start < f.sndMax})
 		f.sndMax = end
+		c.ex.onData(s, end, p.ts, c.requester())
 	}
 }
 

@@ -34,6 +34,17 @@ func TestCaptureCharts(t *testing.T) {
 		}
 	}
 
+	// A request/response connection gets its split: 20 requests, each
+	// answered 500 us after it left, 100 us of it the network's.
+	pcaptest.WriteRPC(t, filepath.Join(dir, "captures", "rpc.pcap"), net.IPv4(198, 18, 0, 1), net.IPv4(198, 18, 0, 2), 128, 20)
+	_, note = perRun(&result.Run{Capture: &result.Capture{File: "captures/rpc.pcap", Host: "snd", Interface: "ev0-0", Packets: 63}})
+	if want := "Requests from 198.18.0.1:40000: 20, response p50 500 µs p99 500 µs; network p50 100 µs p99 100 µs; server p50 400 µs p99 400 µs."; !strings.Contains(note, want) {
+		t.Errorf("note %q lacks %q", note, want)
+	}
+	if _, note = perRun(run); strings.Contains(note, "Requests from") {
+		t.Errorf("one-way transfer: note %q has a request split", note)
+	}
+
 	for _, c := range []struct {
 		capture *result.Capture
 		want    string

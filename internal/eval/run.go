@@ -1045,6 +1045,15 @@ func captureCharts(dir string) report.PerRun {
 			return nil, "capture: " + err.Error()
 		}
 		conns := rep.Connections
+		// Request/response connections first, as their own lines: where a
+		// request's time went (the path, or the server's application).
+		var rpcNote string
+		for _, c := range conns {
+			if e := c.Exchanges; e != nil && e.Count >= 10 {
+				rpcNote += fmt.Sprintf(" Requests from %s: %d, response p50 %s p99 %s; network p50 %s p99 %s; server p50 %s p99 %s.",
+					e.Requester, e.Count, report.Duration(e.Response.P50), report.Duration(e.Response.P99), report.Duration(e.Network.P50), report.Duration(e.Network.P99), report.Duration(e.Peer.P50), report.Duration(e.Peer.P99))
+			}
+		}
 		slices.SortStableFunc(conns, func(a, b schema.Connection) int { return cmp.Compare(b.Bytes, a.Bytes) })
 		conns = conns[:min(len(conns), 3)]
 		note := fmt.Sprintf("From %s (%d packets on %s of %s, headers only", c.File, c.Packets, c.Interface, c.Host)
@@ -1054,7 +1063,7 @@ func captureCharts(dir string) report.PerRun {
 		if c.Dropped > 0 {
 			note += fmt.Sprintf("; %d packets lost by the capture", c.Dropped)
 		}
-		note += fmt.Sprintf("): the %d of %d connections that carried the most data.", len(conns), len(rep.Connections))
+		note += fmt.Sprintf("): the %d of %d connections that carried the most data.", len(conns), len(rep.Connections)) + rpcNote
 		var charts []template.HTML
 		for i := range conns {
 			if conns[i].Bytes > 0 {

@@ -35,6 +35,8 @@ type Connection struct {
 	DurationUS  float64 `json:"duration_us"` // first to last packet
 	Packets     int64   `json:"packets"`     // both directions
 	Rounds      []Round `json:"rounds"`
+	// Exchanges: request/response turns; nil unless both sides sent data.
+	Exchanges *Exchanges `json:"exchanges,omitempty"`
 }
 
 // RTT summarises the connection's RTT samples in microseconds: one per ACK
@@ -67,4 +69,37 @@ type Round struct {
 	Retransmissions int64 `json:"retransmissions"`
 	// Incomplete marks a last round the capture ended in before its ACK.
 	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// Exchanges are a connection's request/response turns, present when both
+// sides sent data. A request is the requester's new data from the first
+// byte it sends after the previous response began up to the peer's next new
+// data, its response. The requester is the side that opened the connection
+// (its SYN is in the capture), else the side with the higher port (a
+// client's ephemeral port).
+// Times are at the capture point: on the requester's host they split a
+// request's latency into the path (Network) and the peer's application
+// (Peer).
+type Exchanges struct {
+	Requester string `json:"requester"` // "IP:port"
+	Count     int64  `json:"count"`     // requests answered in the capture
+	// Response is the request's first byte to the response's first byte.
+	Response Latency `json:"response_us"`
+	// Network is the request's first byte to the peer's first ACK of its
+	// last byte: the path both ways and the peer's kernel. A peer that
+	// delays that ACK until its response carries it puts its application's
+	// time here too, so Network is an upper bound of the path's share.
+	Network Latency `json:"network_us"`
+	// Peer is that ACK to the response's first byte: the time the peer's
+	// application took to answer a request its kernel had received (0 for a
+	// response that carried the ACK).
+	Peer Latency `json:"peer_us"`
+}
+
+// Latency summarises durations in microseconds (nearest-rank percentiles).
+type Latency struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
 }

@@ -62,6 +62,10 @@ func fmtRate(bps float64) string { return scaled(bps, rateUnits, " ") }
 // fmtDur formats microseconds: "850 µs", "41.3 ms", "1.20 s".
 func fmtDur(us float64) string { return scaled(us, timeUnits, " ") }
 
+// Duration formats microseconds as the report does, for notes written
+// outside this package.
+func Duration(us float64) string { return fmtDur(us) }
+
 // fmtSI formats a count compactly for chart axes: "41.7k".
 func fmtSI(v float64) string {
 	if v != 0 && math.Abs(v) < 1 {

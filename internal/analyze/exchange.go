@@ -1,0 +1,94 @@
+package analyze
+
+import (
+	"slices"
+
+	"github.com/hbm-dev/hbm/internal/analyze/schema"
+)
+
+// Request/response turns (schema.Exchanges). A turn opens with the
+// requester's first new data while none is open, grows with its further new
+// data, notes the first ACK of its last byte, and closes with the peer's
+// first new data. Data the peer sends while no turn is open (the rest of a
+// response, or data pushed unasked) belongs to no turn.
+type exchanges struct {
+	requester int
+	known     bool
+	open      bool
+	start     int64 // ns: the request's first byte
+	reqEnd    int64 // absolute end of the request's data
+	acked     int64 // ns: the first ACK covering reqEnd (0: none yet)
+	// Per answered request, ns.
+	response, network, peer []int64
+}
+
+// onData notes new data of side s ending at absolute sequence end, sent at
+// t. requester is the side that is the requester, as c.requester() says.
+func (e *exchanges) onData(s int, end, t int64, requester int) {
+	if !e.known {
+		e.requester, e.known = requester, true
+	}
+	switch {
+	case s == e.requester && !e.open:
+		e.open, e.start, e.reqEnd, e.acked = true, t, end, 0
+	case s == e.requester:
+		if end > e.reqEnd {
+			e.reqEnd, e.acked = end, 0
+		}
+	case e.open: // the response
+		acked := e.acked
+		if acked == 0 {
+			acked = t // the response carries the ACK
+		}
+		e.response = append(e.response, max(t-e.start, 0))
+		e.network = append(e.network, max(acked-e.start, 0))
+		e.peer = append(e.peer, max(t-acked, 0))
+		e.open = false
+	}
+}
+
+// onAck notes the peer's cumulative ACK of side s's data reaching absolute
+// sequence una at t.
+func (e *exchanges) onAck(s int, una, t int64) {
+	if e.open && s == e.requester && e.acked == 0 && una >= e.reqEnd {
+		e.acked = t
+	}
+}
+
+// requester is the side that sent the SYN, or without the handshake in the
+// capture the side with the higher port (a client's ephemeral port is
+// usually above the server's). Not the first side seen sending: a capture
+// that begins mid-connection may begin with a response.
+func (c *conn) requester() int {
+	if c.clientKnown {
+		return c.client
+	}
+	if c.key.pb > c.key.pa {
+		return 1
+	}
+	return 0
+}
+
+func (e *exchanges) summary(requester string) *schema.Exchanges {
+	if len(e.response) == 0 {
+		return nil
+	}
+	return &schema.Exchanges{
+		Requester: requester,
+		Count:     int64(len(e.response)),
+		Response:  latency(e.response),
+		Network:   latency(e.network),
+		Peer:      latency(e.peer),
+	}
+}
+
+// latency summarises durations (ns) in µs. It sorts them in place.
+func latency(ns []int64) schema.Latency {
+	slices.Sort(ns)
+	return schema.Latency{
+		P50: us(percentile(ns, 50)),
+		P90: us(percentile(ns, 90)),
+		P99: us(percentile(ns, 99)),
+		Max: us(ns[len(ns)-1]),
+	}
+}
