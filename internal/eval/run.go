@@ -422,7 +422,7 @@ func (t *topology) startClient(ctx context.Context, fl *Flow, src string, ep *en
 	if cc != "" {
 		args = append(args, "--cc", cc)
 	}
-	sc, err := t.lab.StartScriptClient(ctx, t.bin, srcHost, t.lab.Cgroup(src), args, true)
+	sc, err := t.lab.StartScriptClientNice(ctx, t.bin, srcHost, t.lab.Cgroup(src), args, true, fl.Nice)
 	if err != nil {
 		return nil, err
 	}

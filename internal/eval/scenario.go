@@ -99,6 +99,10 @@ type Cgroup struct {
 	MarkOnly bool `yaml:"mark_only"`
 	// HBMArgs are extra `hbm set` options (e.g. ["--no-pace"]).
 	HBMArgs []string `yaml:"hbm_args"`
+	// Nice is the CPU priority (nice(1), -20 to 19) of the workload servers
+	// in this group: a latency-critical service an operator runs above
+	// its host's batch work.
+	Nice int `yaml:"nice"`
 
 	EgressBps, IngressBps uint64 `yaml:"-"`
 	EgressAuto            bool   `yaml:"-"`
@@ -117,6 +121,7 @@ type Flow struct {
 	// scenario runs once per value (at most one flow has counts).
 	Counts []int     `yaml:"counts"`
 	CC     string    `yaml:"cc"`   // overrides the run's congestion control
+	Nice   int       `yaml:"nice"` // the client processes' CPU priority (nice(1), -20 to 19)
 	From   StringSet `yaml:"from"` // cgroup or host names
 	To     string    `yaml:"to"`   // host or cgroup name
 
@@ -516,6 +521,9 @@ func (s *Scenario) validate() error {
 		if c.MarkOnly && c.Egress == "" && c.Ingress == "" {
 			return ferr(f+".mark_only", "set without a limit")
 		}
+		if c.Nice < -20 || c.Nice > 19 {
+			return ferr(f+".nice", "%d: want -20 (highest priority) to 19", c.Nice)
+		}
 		for j, a := range c.HBMArgs {
 			if !strings.HasPrefix(a, "--") || a == "--egress" || a == "--ingress" {
 				return ferr(fmt.Sprintf("%s.hbm_args[%d]", f, j), "%q: want hbm set options such as --no-pace or --mark=200us (the rate comes from egress/ingress)", a)
@@ -531,6 +539,9 @@ func (s *Scenario) validate() error {
 	for i := range s.Flows {
 		fl := &s.Flows[i]
 		f := fmt.Sprintf("flows[%d]", i)
+		if fl.Nice < -20 || fl.Nice > 19 {
+			return ferr(f+".nice", "%d: want -20 (highest priority) to 19", fl.Nice)
+		}
 		if fl.Rate != "" && fl.Kind != "udp" {
 			return ferr(f+".rate", "only a udp flow has a rate (a TCP flow's rate is its congestion control's)")
 		}

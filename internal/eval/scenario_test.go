@@ -97,7 +97,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams rpc-alone-200m rpc-sep-200m"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams incast-streams-prio rpc-alone-200m rpc-sep-200m"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -144,6 +144,12 @@ func TestBuiltins(t *testing.T) {
 		is.Cgroup("server").IngressBps != 1.8e9 || !is.Cgroup("server").MarkOnly {
 		t.Errorf("incast-streams: %+v %+v", is.Flows, is.Cgroup("server"))
 	}
+	// The same with the latency-critical processes above the rest.
+	ip := bs[slices.Index(names, "incast-streams-prio")]
+	if ip.Cgroup("server").Nice != -20 || ip.Flows[1].Nice != -20 || ip.Flows[0].Nice != 0 || is.Cgroup("server").Nice != 0 || is.Flows[1].Nice != 0 ||
+		ip.Cgroup("server").IngressBps != 1.8e9 || !ip.Cgroup("server").MarkOnly || ip.Flows[1].SizeBytes != 10<<10 {
+		t.Errorf("incast-streams-prio: %+v %+v", ip.Flows, ip.Cgroup("server"))
+	}
 }
 
 // TestParseBad: every class of bad file gets its own error, naming the file,
@@ -176,6 +182,8 @@ func TestParseBad(t *testing.T) {
 		{"cgroup name clash", edit("  - name: w", "  - name: a"), `cgroups[0].name: "a" is already a host name`},
 		{"bad rate", edit("egress: 100mbit", "egress: 100mb"), `bad.yaml:15: cgroups[0].egress: invalid rate "100mb"`},
 		{"rate out of range", edit("egress: 100mbit", "egress: 1kbit"), `cgroups[0].egress: rate "1kbit" out of range`},
+		{"cgroup nice", edit("hbm_args: [--no-pace]", "hbm_args: [--no-pace]\n    nice: -21"), `cgroups[0].nice: -21: want -20 (highest priority) to 19`},
+		{"flow nice", edit("count: 2", "count: 2\n    nice: 20"), `flows[0].nice: 20: want -20 (highest priority) to 19`},
 		{"bad hbm arg", edit("hbm_args: [--no-pace]", "hbm_args: [--egress]"), `cgroups[0].hbm_args[0]`},
 		{"bad kind", edit("kind: rpc", "kind: quic"), `bad.yaml:18: flows[0].kind: unknown kind "quic" (rpc, stream or udp)`},
 		{"rpc without size", edit("    size: 10KB\n", ""), `flows[0].size: an rpc flow needs a request size`},

@@ -80,9 +80,14 @@ func (t *topology) routeCC(cc string) error {
 	return nil
 }
 
-// startServer starts a workload server on host in group, listening on port,
-// and waits (at most 10s) until it listens.
+// startServer starts a workload server on host in group (at the group's
+// nice, if it is a scenario cgroup), listening on port, and waits (at most
+// 10s) until it listens.
 func (t *topology) startServer(host, group string, port int) error {
-	_, err := t.lab.StartServer(t.bin, host, t.lab.Cgroup(group), "0.0.0.0:"+strconv.Itoa(port))
+	nice := 0
+	if c := t.s.Cgroup(group); c != nil {
+		nice = c.Nice
+	}
+	_, err := t.lab.StartServerNice(t.bin, host, t.lab.Cgroup(group), "0.0.0.0:"+strconv.Itoa(port), nice)
 	return err
 }

@@ -151,7 +151,8 @@ func TestLab(t *testing.T) {
 
 	// Addresses and carrier, from inside a namespace and a cgroup.
 	a, c := lab.Host("a"), lab.Host("c")
-	p := lab.Command("a", lab.Cgroup("work"), "sh", "-c", "cat /proc/self/cgroup; ip -o addr show")
+	// At a nice of 7 (Proc.Nice): field 19 of /proc/self/stat.
+	p := lab.Command("a", lab.Cgroup("work"), "sh", "-c", "echo nice=$(cut -d' ' -f19 /proc/self/stat); cat /proc/self/cgroup; ip -o addr show").Nice(7)
 	var out Buffer
 	p.Cmd.Stdout, p.Cmd.Stderr = &out, &out
 	if err := p.Start(); err != nil {
@@ -161,7 +162,7 @@ func TestLab(t *testing.T) {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	t.Logf("in a:\n%s", out.String())
-	for _, want := range []string{lab.CgroupPath("work") + "\n", a.IP4["ab"].String() + "/24", a.IP4["star"].String() + "/24", a.IP6["ab"].String() + "/64"} {
+	for _, want := range []string{"nice=7\n", lab.CgroupPath("work") + "\n", a.IP4["ab"].String() + "/24", a.IP4["star"].String() + "/24", a.IP6["ab"].String() + "/64"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -388,5 +389,19 @@ func TestLeftovers(t *testing.T) {
 		if !exists(o) {
 			t.Errorf("live %s removed", o)
 		}
+	}
+}
+
+// Proc.Nice runs the command under nice(1) inside the namespace, and leaves
+// it alone at 0.
+func TestProcNice(t *testing.T) {
+	l := &Lab{hosts: map[string]*Host{}}
+	p := l.commandNS("ns1", "", "/bin/hbm", "workload", "serve").Nice(-20)
+	if got, want := strings.Join(p.Cmd.Args, " "), "ip netns exec ns1 nice -n -20 /bin/hbm workload serve"; got != want {
+		t.Errorf("args %q, want %q", got, want)
+	}
+	p = l.commandNS("ns1", "", "/bin/hbm", "workload", "serve").Nice(0)
+	if got, want := strings.Join(p.Cmd.Args, " "), "ip netns exec ns1 /bin/hbm workload serve"; got != want {
+		t.Errorf("nice 0: args %q, want %q", got, want)
 	}
 }

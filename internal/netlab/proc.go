@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -85,6 +86,19 @@ func (l *Lab) Command(host, cgroupDir, name string, args ...string) *Proc {
 func (l *Lab) commandNS(ns, cgroupDir, name string, args ...string) *Proc {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 	return &Proc{Cmd: cmd, set: &l.procs, cgroupDir: cgroupDir, done: make(chan struct{})}
+}
+
+// Nice makes the command run at CPU priority n (nice(1): -20 highest, 19
+// lowest; 0 leaves it as is). Every thread of the process inherits it. Call
+// before Start.
+func (p *Proc) Nice(n int) *Proc {
+	if n == 0 {
+		return p
+	}
+	// ip netns exec NS nice -n N NAME ARGS...
+	a := p.Cmd.Args
+	p.Cmd.Args = append(append(append([]string{}, a[:4]...), "nice", "-n", strconv.Itoa(n)), a[4:]...)
+	return p
 }
 
 // Start starts the command in a process group of its own. It is killed

@@ -20,7 +20,12 @@ const ServerPort = 5201
 // the cgroup at cgroupDir ("" for none), and waits at most 10s until it
 // listens.
 func (l *Lab) StartServer(bin, host, cgroupDir, listen string) (*Proc, error) {
-	p := l.Command(host, cgroupDir, bin, "workload", "serve", "--listen", listen)
+	return l.StartServerNice(bin, host, cgroupDir, listen, 0)
+}
+
+// StartServerNice is StartServer at CPU priority nice (Proc.Nice).
+func (l *Lab) StartServerNice(bin, host, cgroupDir, listen string, nice int) (*Proc, error) {
+	p := l.Command(host, cgroupDir, bin, "workload", "serve", "--listen", listen).Nice(nice)
 	w := newLineWatcher("listening")
 	stderr := &Buffer{}
 	p.Cmd.Stdout, p.Cmd.Stderr = w, stderr
@@ -102,7 +107,13 @@ type ScriptClient struct {
 // whole life. It returns once the client says it is connected (at most
 // 15s), unless noWait.
 func (l *Lab) StartScriptClient(ctx context.Context, bin, host, cgroupDir string, args []string, noWait bool) (*ScriptClient, error) {
-	p := l.Command(host, cgroupDir, bin, append(args, "--script")...)
+	return l.StartScriptClientNice(ctx, bin, host, cgroupDir, args, noWait, 0)
+}
+
+// StartScriptClientNice is StartScriptClient at CPU priority nice
+// (Proc.Nice).
+func (l *Lab) StartScriptClientNice(ctx context.Context, bin, host, cgroupDir string, args []string, noWait bool, nice int) (*ScriptClient, error) {
+	p := l.Command(host, cgroupDir, bin, append(args, "--script")...).Nice(nice)
 	stdin, err := p.Cmd.StdinPipe()
 	if err != nil {
 		return nil, err
