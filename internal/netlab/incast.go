@@ -120,6 +120,7 @@ type IncastResult struct {
 	Goodput      float64 // bulk bits/s the receiver read, all senders
 	TotalGoodput float64 // bulk + RPC request bits/s, all senders
 	Retransmits  uint64
+	RPCRetrans   uint64 // the RPC connections' part of Retransmits
 	DeliveredCE  uint64
 	RPCP50       float64 // median over senders of their RPC P50, us
 	RPCP99       float64 // worst sender's RPC P99, us
@@ -249,6 +250,7 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 		r.Goodput += s.Goodput
 		r.TotalGoodput += s.TotalGoodput
 		r.Retransmits += s.Retransmits
+		r.RPCRetrans += s.RPCRetrans
 		r.DeliveredCE += s.DeliveredCE
 		if jobs[k/len(in.Senders)].Cfg.RPCs == 0 {
 			continue

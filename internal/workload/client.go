@@ -137,9 +137,10 @@ type Result struct {
 	SenderGoodput float64   `json:"sender_goodput_bps"`
 	StreamGoodput []float64 `json:"stream_goodput_bps,omitempty"`
 
-	Retransmits uint64  `json:"retransmits"`  // tcpi_total_retrans delta, all data sockets
-	DeliveredCE uint64  `json:"delivered_ce"` // tcpi_delivered_ce delta (ECN echoes seen)
-	RTT         float64 `json:"rtt_us"`       // mean tcpi_rtt (srtt) of the bulk sockets
+	Retransmits uint64  `json:"retransmits"`               // tcpi_total_retrans delta, all data sockets
+	RPCRetrans  uint64  `json:"rpc_retransmits,omitempty"` // ... of the RPC sockets alone
+	DeliveredCE uint64  `json:"delivered_ce"`              // tcpi_delivered_ce delta (ECN echoes seen)
+	RTT         float64 `json:"rtt_us"`                    // mean tcpi_rtt (srtt) of the bulk sockets
 	RTTMax      float64 `json:"rtt_max_us"`
 	Cwnd        float64 `json:"cwnd"` // mean tcpi_snd_cwnd (segments) of the bulk sockets
 
@@ -621,6 +622,7 @@ func (c *Client) End() (*Result, error) {
 			r.StreamGoodput = append(r.StreamGoodput, float64(d.acked)*8/r.Duration)
 		} else {
 			senderRPC += d.acked
+			r.RPCRetrans += d.retrans
 		}
 	}
 	r.SenderGoodput = float64(senderBulk) * 8 / r.Duration
