@@ -136,4 +136,15 @@ func TestAnalyzeExchanges(t *testing.T) {
 			t.Errorf("JSON lacks %s", k)
 		}
 	}
+	dir := filepath.Join(t.TempDir(), "report")
+	if _, err := runCLI("analyze", "--out", dir, path); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "analysis.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "5 requests from 198.18.9.1:40000. Response p50 500"; !strings.Contains(string(page), want) {
+		t.Errorf("analysis.html lacks %q", want)
+	}
 }

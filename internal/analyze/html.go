@@ -41,7 +41,8 @@ time; the window is what was in flight when the round ended; marks are the CE-ma
 {{range .Conns}}<tr><td><a href="#c{{.Index}}">{{.C.Src}} → {{.C.Dst}}</a></td><td class="num">{{.C.Bytes}}</td><td class="num">{{.Duration}}</td><td class="num">{{len .C.Rounds}}</td><td class="num">{{.C.Retransmissions}} ({{.C.SpuriousRetransmissions}})</td><td class="num">{{.RTT}}</td><td class="num">{{.C.CE}}</td><td class="num">{{.C.ECE}}</td></tr>
 {{end}}</table>
 {{range .Conns}}<h2 id="c{{.Index}}">{{.C.Src}} → {{.C.Dst}}</h2>
-{{if .Charts}}<div class="charts">
+{{with .Exchanges}}<p>{{.}}</p>
+{{end}}{{if .Charts}}<div class="charts">
 {{range .Charts}}{{.}}
 {{end}}</div>
 {{else}}<p>No round trips: this connection carried no data.</p>
@@ -55,7 +56,9 @@ type htmlConn struct {
 	C        *schema.Connection
 	Duration string
 	RTT      string
-	Charts   []template.HTML
+	// Exchanges is the request split in one sentence; "" if none.
+	Exchanges string
+	Charts    []template.HTML
 }
 
 // maxPoints is the most points a chart draws; more rounds are averaged.
@@ -80,6 +83,10 @@ func WriteHTML(w io.Writer, rep *schema.Report, title string) error {
 			RTT:      fmt.Sprintf("%s / %s / %s", fmtUS(c.RTT.Min), fmtUS(c.RTT.P50), fmtUS(c.RTT.P99)),
 			Charts:   Charts(c),
 		})
+		if e := c.Exchanges; e != nil {
+			data.Conns[len(data.Conns)-1].Exchanges = fmt.Sprintf("%d requests from %s. Response p50 %s, p90 %s, p99 %s; network (sent to ACKed) p50 %s, p99 %s; peer (ACKed to response) p50 %s, p99 %s.",
+				e.Count, e.Requester, fmtUS(e.Response.P50), fmtUS(e.Response.P90), fmtUS(e.Response.P99), fmtUS(e.Network.P50), fmtUS(e.Network.P99), fmtUS(e.Peer.P50), fmtUS(e.Peer.P99))
+		}
 	}
 	return page.Execute(w, data)
 }
