@@ -266,7 +266,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 13 {
+	if err != nil || len(all) != 14 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }
