@@ -76,17 +76,18 @@ func WriteHTML(w io.Writer, rep *schema.Report, title string) error {
 	for i := range rep.Connections {
 		c := &rep.Connections[i]
 		data.Bucketed = data.Bucketed || len(c.Rounds) > maxPoints
-		data.Conns = append(data.Conns, htmlConn{
+		hc := htmlConn{
 			Index:    i,
 			C:        c,
 			Duration: fmtUS(c.DurationUS),
 			RTT:      fmt.Sprintf("%s / %s / %s", fmtUS(c.RTT.Min), fmtUS(c.RTT.P50), fmtUS(c.RTT.P99)),
 			Charts:   Charts(c),
-		})
+		}
 		if e := c.Exchanges; e != nil {
-			data.Conns[len(data.Conns)-1].Exchanges = fmt.Sprintf("%d requests from %s. Response p50 %s, p90 %s, p99 %s; network (sent to ACKed) p50 %s, p99 %s; peer (ACKed to response) p50 %s, p99 %s.",
+			hc.Exchanges = fmt.Sprintf("%d requests from %s. Response p50 %s, p90 %s, p99 %s; network (sent to ACKed) p50 %s, p99 %s; peer (ACKed to response) p50 %s, p99 %s.",
 				e.Count, e.Requester, fmtUS(e.Response.P50), fmtUS(e.Response.P90), fmtUS(e.Response.P99), fmtUS(e.Network.P50), fmtUS(e.Network.P99), fmtUS(e.Peer.P50), fmtUS(e.Peer.P99))
 		}
+		data.Conns = append(data.Conns, hc)
 	}
 	return page.Execute(w, data)
 }

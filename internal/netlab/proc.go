@@ -22,6 +22,7 @@ type Proc struct {
 
 	set       *procSet
 	cgroupDir string
+	prog      int // index in Cmd.Args of the program the namespace runs
 	done      chan struct{}
 	waitErr   error
 }
@@ -85,7 +86,7 @@ func (l *Lab) Command(host, cgroupDir, name string, args ...string) *Proc {
 // commandNS is Command for a namespace (a switch's, say).
 func (l *Lab) commandNS(ns, cgroupDir, name string, args ...string) *Proc {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
-	return &Proc{Cmd: cmd, set: &l.procs, cgroupDir: cgroupDir, done: make(chan struct{})}
+	return &Proc{Cmd: cmd, set: &l.procs, cgroupDir: cgroupDir, prog: 4, done: make(chan struct{})}
 }
 
 // Nice makes the command run at CPU priority n (nice(1): -20 highest, 19
@@ -95,9 +96,9 @@ func (p *Proc) Nice(n int) *Proc {
 	if n == 0 {
 		return p
 	}
-	// ip netns exec NS nice -n N NAME ARGS...
+	// ... nice -n N NAME ARGS: nice runs the program, in the namespace.
 	a := p.Cmd.Args
-	p.Cmd.Args = append(append(append([]string{}, a[:4]...), "nice", "-n", strconv.Itoa(n)), a[4:]...)
+	p.Cmd.Args = append(append(append([]string{}, a[:p.prog]...), "nice", "-n", strconv.Itoa(n)), a[p.prog:]...)
 	return p
 }
 
