@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -49,8 +50,13 @@ type Scenario struct {
 	Hosts       []string     `yaml:"hosts"`
 	Links       []Link       `yaml:"links"`
 	Bottlenecks []Bottleneck `yaml:"bottlenecks"`
-	Cgroups     []Cgroup     `yaml:"cgroups"`
-	Flows       []Flow       `yaml:"flows"`
+	// CPUs pins hosts and switches (by link name) to CPUs, so that one
+	// machine models several: a host's processes run on its CPUs and the
+	// packets it receives are processed there; a switch forwards on its
+	// link's. What is not listed runs on any CPU (netlab.Config.CPUs).
+	CPUs    map[string][]int `yaml:"cpus"`
+	Cgroups []Cgroup         `yaml:"cgroups"`
+	Flows   []Flow           `yaml:"flows"`
 
 	// Source is the file the scenario came from ("builtin:NAME" for the
 	// embedded ones).
@@ -483,6 +489,26 @@ func (s *Scenario) validate() error {
 			b.BufferBytes = max(int(r/8/100), 64<<10) // 10 ms
 		} else if b.BufferBytes, err = workload.ParseSize(b.Buffer); err != nil || b.BufferBytes < 1500 {
 			return ferr(f+".buffer", "bad buffer %q: a size of at least 1500 bytes, e.g. 128KB", b.Buffer)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.CPUs)) {
+		f := "cpus." + name
+		l := linkNames[name]
+		switch {
+		case names[name] == "host" && l != nil:
+			return ferr(f, "%q is both a host and a link", name)
+		case l != nil && len(l.Hosts) == 2 && !slices.ContainsFunc(s.Bottlenecks, func(b Bottleneck) bool { return b.Link == name }):
+			return ferr(f, "link %q is a veth pair, not a switch: pin its hosts instead", name)
+		case l == nil && names[name] != "host":
+			return ferr(f, "unknown host or link %q", name)
+		}
+		if len(s.CPUs[name]) == 0 {
+			return ferr(f, "no CPUs listed")
+		}
+		for j, cpu := range s.CPUs[name] {
+			if cpu < 0 || cpu > 1023 {
+				return ferr(fmt.Sprintf("%s[%d]", f, j), "CPU %d out of range 0..1023", cpu)
+			}
 		}
 	}
 	hostOf := map[string]string{}

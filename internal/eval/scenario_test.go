@@ -3,6 +3,7 @@ package eval
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -97,7 +98,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams incast-streams-prio rpc-alone-200m rpc-sep-200m"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams incast-streams-prio incast-streams-shared rpc-alone-200m rpc-sep-200m"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -149,6 +150,18 @@ func TestBuiltins(t *testing.T) {
 	if ip.Cgroup("server").Nice != -20 || ip.Flows[1].Nice != -20 || ip.Flows[0].Nice != 0 || is.Cgroup("server").Nice != 0 || is.Flows[1].Nice != 0 ||
 		ip.Cgroup("server").IngressBps != 1.8e9 || !ip.Cgroup("server").MarkOnly || ip.Flows[1].SizeBytes != 10<<10 {
 		t.Errorf("incast-streams-prio: %+v %+v", ip.Flows, ip.Cgroup("server"))
+	}
+	// The incast receivers on a CPU of their own, the rest on another; the
+	// shared variants on every CPU.
+	split := map[string][]int{"rcv": {1}, "s1": {0}, "s2": {0}, "s3": {0}, "s4": {0}, "fabric": {0}}
+	for _, name := range []string{"incast", "incast-streams"} {
+		if got := bs[slices.Index(names, name)].CPUs; !reflect.DeepEqual(got, split) {
+			t.Errorf("%s: cpus %v, want %v", name, got, split)
+		}
+	}
+	sh := bs[slices.Index(names, "incast-streams-shared")]
+	if sh.CPUs != nil || ip.CPUs != nil || !reflect.DeepEqual(sh.Flows, is.Flows) || !reflect.DeepEqual(sh.Cgroups, is.Cgroups) {
+		t.Errorf("incast-streams-shared: cpus %v (prio %v), flows %+v, cgroups %+v", sh.CPUs, ip.CPUs, sh.Flows, sh.Cgroups)
 	}
 }
 
@@ -206,6 +219,10 @@ func TestParseBad(t *testing.T) {
 		{"quick counts range", edit("limiters: [hbm, none]", "limiters: [hbm, none]\nquick:\n  counts: [4, 5000]"), `bad.yaml:9: quick.counts[1]: 5000 out of range`},
 		{"udp reply", edit("{kind: stream,", "{kind: udp, rate: 1gbit, reply: 1KB,"), `bad.yaml:24: flows[1].reply: a udp flow has no reply`},
 		{"duplicate class", edit("cc: reno}", "cc: reno, name: rpc-10KB}"), `flows[1].name: class "rpc-10KB" of group "w" already defined by flows[0]`},
+		{"cpus unknown", edit("hosts: [a, b]\n", "hosts: [a, b]\ncpus: {z: [0]}\n"), `bad.yaml:9: cpus.z: unknown host or link "z"`},
+		{"cpus of a pair", edit("hosts: [a, b]\n", "hosts: [a, b]\ncpus: {l: [0]}\n"), `cpus.l: link "l" is a veth pair, not a switch`},
+		{"cpus empty", edit("hosts: [a, b]\n", "hosts: [a, b]\ncpus: {a: []}\n"), `cpus.a: no CPUs listed`},
+		{"cpus negative", edit("hosts: [a, b]\n", "hosts: [a, b]\ncpus:\n  a: [0, -1]\n"), `bad.yaml:10: cpus.a[1]: CPU -1 out of range 0..1023`},
 		{"two documents", goodScenario + "---\nname: x\n", "more than one YAML document"},
 	}
 	for _, c := range cases {
@@ -241,6 +258,15 @@ flows: [{kind: stream, from: [a, b], to: c}]
 	if g := s.ClassGroup(&s.Flows[0]); g != "c" {
 		t.Errorf("multi-source class group %q, want c", g)
 	}
+	// A switch (a link of three hosts) and a host pinned to CPUs, passed to
+	// the lab as they are.
+	pinned := strings.Replace(doc, "to: d", "to: c", 1) + "cpus: {sw: [0], c: [1, 2]}\n"
+	if s, err = Parse("bn.yaml", strings.NewReader(pinned)); err != nil {
+		t.Fatal(err)
+	}
+	if cfg := labConfig(s); !reflect.DeepEqual(cfg.CPUs, map[string][]int{"sw": {0}, "c": {1, 2}}) {
+		t.Errorf("lab CPUs %v", cfg.CPUs)
+	}
 	noLink := strings.Replace(doc, "links: [{name: sw, hosts: [a, b, c]}]", "links: [{name: sw, hosts: [a, b]}]", 1)
 	noLink = strings.Replace(noLink, "bottlenecks: [{link: sw, to: d, rate: 1gbit}]\n", "", 1)
 	if _, err := Parse("bn.yaml", strings.NewReader(noLink)); err == nil || !strings.Contains(err.Error(), `no link joins hosts "a" and "c"`) {
@@ -266,7 +292,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 14 {
+	if err != nil || len(all) != 15 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }

@@ -20,7 +20,7 @@ type topology struct {
 
 // labConfig is the netlab configuration of scenario s.
 func labConfig(s *Scenario) netlab.Config {
-	cfg := netlab.Config{Hosts: s.Hosts, Cgroups: append(append([]string{}, s.Hosts...), cgroupNames(s)...)}
+	cfg := netlab.Config{Hosts: s.Hosts, Cgroups: append(append([]string{}, s.Hosts...), cgroupNames(s)...), CPUs: s.CPUs}
 	for _, l := range s.Links {
 		cfg.Links = append(cfg.Links, netlab.Link{Name: l.Name, Hosts: l.Hosts})
 	}

@@ -14,8 +14,11 @@ package netlab
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // Config is a lab to build.
@@ -38,6 +41,15 @@ type Config struct {
 	IPv6 bool
 	// Sysctls are set in every host namespace after it is created.
 	Sysctls map[string]string
+	// CPUs pins hosts and switches to CPUs, so that one machine models
+	// separate ones: a host's processes (Command) run on its CPUs and the
+	// packets it receives are processed there (RPS on its interfaces); a
+	// switch processes the packets entering it on its link's CPUs (RPS on
+	// its ports). Keys are host names and names of switched links; what is
+	// not listed runs on any CPU. Without it a receiver's latency includes
+	// its senders' and the switch's CPU time (docs/design.md, "Where the
+	// 10 KB tail goes").
+	CPUs map[string][]int
 }
 
 // Link is a segment joining hosts.
@@ -98,6 +110,37 @@ func (c *Config) validate() error {
 	for _, g := range c.Cgroups {
 		if !nameRe.MatchString(g) {
 			return fmt.Errorf("netlab: bad cgroup name %q", g)
+		}
+	}
+	return c.validateCPUs()
+}
+
+// validateCPUs checks that CPUs names hosts and switches and CPUs this
+// process may run on.
+func (c *Config) validateCPUs() error {
+	if len(c.CPUs) == 0 {
+		return nil
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return fmt.Errorf("netlab: cpus: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.CPUs)) {
+		if l := c.link(name); l != nil && slices.Contains(c.Hosts, name) {
+			return fmt.Errorf("netlab: cpus: %s is both a host and a link", name)
+		} else if l != nil && !c.switched(l) {
+			return fmt.Errorf("netlab: cpus: link %s is a veth pair, not a switch: pin its hosts instead", name)
+		} else if l == nil && !slices.Contains(c.Hosts, name) {
+			return fmt.Errorf("netlab: cpus: %q is neither a host nor a link", name)
+		}
+		cpus := c.CPUs[name]
+		if len(cpus) == 0 {
+			return fmt.Errorf("netlab: cpus of %s: empty list", name)
+		}
+		for _, cpu := range cpus {
+			if cpu < 0 || cpu >= maxCPU || !set.IsSet(cpu) {
+				return fmt.Errorf("netlab: cpus of %s: CPU %d is not one this process may use (%s)", name, cpu, cpuList(cpusOf(&set)))
+			}
 		}
 	}
 	return nil

@@ -30,6 +30,11 @@ type IncastOptions struct {
 	Rate    uint64 // bottleneck rate, bits/s (default 2 Gbit/s)
 	Buffer  int    // bottleneck queue, bytes (default 128 KB)
 	Burst   int    // tbf bucket, bytes (default 32 KB)
+	// ReceiverCPUs pins the receiver (its processes and the packets it
+	// receives) to these CPUs and OtherCPUs the senders and the switch:
+	// two machines' worth of CPU instead of one shared by all (see
+	// Config.CPUs). Both or neither.
+	ReceiverCPUs, OtherCPUs []int
 }
 
 // Incast is a built incast lab.
@@ -67,10 +72,21 @@ func NewIncast(opts IncastOptions) (*Incast, error) {
 		senders = append(senders, fmt.Sprintf("s%d", i))
 	}
 	hosts := append(slices.Clone(senders), Receiver)
+	if (len(opts.ReceiverCPUs) == 0) != (len(opts.OtherCPUs) == 0) {
+		return nil, errors.New("netlab: incast: ReceiverCPUs and OtherCPUs go together")
+	}
+	var cpus map[string][]int
+	if len(opts.ReceiverCPUs) > 0 {
+		cpus = map[string][]int{Receiver: opts.ReceiverCPUs, incastLink: opts.OtherCPUs}
+		for _, s := range senders {
+			cpus[s] = opts.OtherCPUs
+		}
+	}
 	l, err := New(Config{
 		Hosts:       hosts,
 		Links:       []Link{{Name: incastLink, Hosts: hosts}},
 		Bottlenecks: []Bottleneck{{Link: incastLink, To: Receiver, Rate: opts.Rate, Buffer: opts.Buffer, Burst: opts.Burst}},
+		CPUs:        cpus,
 	})
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,6 +69,16 @@ func New(cfg Config) (*Lab, error) {
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
+	}
+	if len(cfg.CPUs) > 0 {
+		if _, err := exec.LookPath("taskset"); err != nil {
+			return nil, fmt.Errorf("netlab: cpus: taskset not found (install util-linux): %w", err)
+		}
+		cpus := map[string][]int{}
+		for k, v := range cfg.CPUs {
+			cpus[k] = slices.Clone(v)
+		}
+		cfg.CPUs = cpus
 	}
 	Sweep(nil)
 	tok, lock, err := newOwner()
@@ -157,6 +168,9 @@ func (l *Lab) build() error {
 		if err := SetQdisc(bl.Switch, bl.Ports[b.To], TBF{Rate: b.Rate, Burst: burst, Limit: b.Buffer}); err != nil {
 			return fmt.Errorf("netlab: bottleneck on %s toward %s: %w", b.Link, b.To, err)
 		}
+	}
+	if err := l.pinCPUs(); err != nil {
+		return err
 	}
 	if err := l.waitUp(5 * time.Second); err != nil {
 		return err

@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/testutil"
@@ -23,16 +26,26 @@ func TestConfigValidate(t *testing.T) {
 	if err := good.validate(); err != nil {
 		t.Fatal(err)
 	}
+	good.CPUs = map[string][]int{"a": {0}, "l": {0}}
+	if err := good.validate(); err != nil {
+		t.Fatal(err)
+	}
 	for name, c := range map[string]Config{
-		"no hosts":        {},
-		"repeated host":   {Hosts: []string{"a", "a"}},
-		"bad host":        {Hosts: []string{"A-b"}},
-		"long host":       {Hosts: []string{"abcdefghijklmnopq"}},
-		"unknown host":    {Hosts: []string{"a"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}},
-		"one-host link":   {Hosts: []string{"a"}, Links: []Link{{Name: "l", Hosts: []string{"a"}}}},
-		"bad bottleneck":  {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, Bottlenecks: []Bottleneck{{Link: "l", To: "x", Rate: 1, Buffer: 1}}},
-		"no rate":         {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, Bottlenecks: []Bottleneck{{Link: "l", To: "b", Buffer: 1}}},
-		"bad cgroup name": {Hosts: []string{"a"}, Cgroups: []string{"../x"}},
+		"no hosts":         {},
+		"repeated host":    {Hosts: []string{"a", "a"}},
+		"bad host":         {Hosts: []string{"A-b"}},
+		"long host":        {Hosts: []string{"abcdefghijklmnopq"}},
+		"unknown host":     {Hosts: []string{"a"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}},
+		"one-host link":    {Hosts: []string{"a"}, Links: []Link{{Name: "l", Hosts: []string{"a"}}}},
+		"bad bottleneck":   {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, Bottlenecks: []Bottleneck{{Link: "l", To: "x", Rate: 1, Buffer: 1}}},
+		"no rate":          {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, Bottlenecks: []Bottleneck{{Link: "l", To: "b", Buffer: 1}}},
+		"bad cgroup name":  {Hosts: []string{"a"}, Cgroups: []string{"../x"}},
+		"cpus of nothing":  {Hosts: []string{"a"}, CPUs: map[string][]int{"x": {0}}},
+		"cpus of a pair":   {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, CPUs: map[string][]int{"l": {0}}},
+		"cpus ambiguous":   {Hosts: []string{"a", "b", "l"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b", "l"}}}, CPUs: map[string][]int{"l": {0}}},
+		"no cpus":          {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {}}},
+		"negative cpu":     {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {-1}}},
+		"cpu out of range": {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {maxCPU}}},
 	} {
 		if err := c.validate(); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -124,6 +137,12 @@ func exists(path string) bool {
 
 func TestLab(t *testing.T) {
 	requirePriv(t)
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	allowed := cpusOf(&set)
+	firstCPU, lastCPU := allowed[0], allowed[len(allowed)-1]
 	hostECN, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_ecn")
 	lab, err := New(Config{
 		Hosts:       []string{"a", "b", "c"},
@@ -131,6 +150,9 @@ func TestLab(t *testing.T) {
 		Bottlenecks: []Bottleneck{{Link: "star", To: "c", Rate: 1e9, Buffer: 64 << 10}},
 		Cgroups:     []string{"work"},
 		IPv6:        true,
+		// Host a on the last CPU this test may use (CPU 0 on a machine of
+		// one), the star's switch on the first.
+		CPUs: map[string][]int{"a": {lastCPU}, "star": {firstCPU}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +174,10 @@ func TestLab(t *testing.T) {
 	// Addresses and carrier, from inside a namespace and a cgroup.
 	a, c := lab.Host("a"), lab.Host("c")
 	// At a nice of 7 (Proc.Nice): field 19 of /proc/self/stat.
-	p := lab.Command("a", lab.Cgroup("work"), "sh", "-c", "echo nice=$(cut -d' ' -f19 /proc/self/stat); cat /proc/self/cgroup; ip -o addr show").Nice(7)
+	// On host a's CPU (Config.CPUs): Cpus_allowed_list, and the RPS CPUs
+	// of a's interfaces.
+	p := lab.Command("a", lab.Cgroup("work"), "sh", "-c", "echo nice=$(cut -d' ' -f19 /proc/self/stat); cat /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status; "+
+		"for d in ab star; do echo rps-$d=$(cat /sys/class/net/$d/queues/rx-0/rps_cpus); done; ip -o addr show").Nice(7)
 	var out Buffer
 	p.Cmd.Stdout, p.Cmd.Stderr = &out, &out
 	if err := p.Start(); err != nil {
@@ -162,9 +187,31 @@ func TestLab(t *testing.T) {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	t.Logf("in a:\n%s", out.String())
-	for _, want := range []string{"nice=7\n", lab.CgroupPath("work") + "\n", a.IP4["ab"].String() + "/24", a.IP4["star"].String() + "/24", a.IP6["ab"].String() + "/64"} {
+	for _, want := range []string{"nice=7\n", lab.CgroupPath("work") + "\n", "Cpus_allowed_list:\t" + cpuList([]int{lastCPU}) + "\n", a.IP4["ab"].String() + "/24", a.IP4["star"].String() + "/24", a.IP6["ab"].String() + "/64"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
+		}
+	}
+	sw := lab.Command(lab.Link("star").Switch, "", "cat", "/sys/class/net/"+lab.Link("star").Ports["c"]+"/queues/rx-0/rps_cpus")
+	var swOut Buffer
+	sw.Cmd.Stdout, sw.Cmd.Stderr = &swOut, &swOut
+	if err := sw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.WaitTimeout(15 * time.Second); err != nil {
+		t.Fatalf("%v: %s", err, swOut.String())
+	}
+	masks := map[string]string{"ab": "", "star": "", "switch": "rps-switch=" + strings.TrimSpace(swOut.String())}
+	for _, line := range append(strings.Split(out.String(), "\n"), masks["switch"]) {
+		for name := range masks {
+			if v, ok := strings.CutPrefix(line, "rps-"+name+"="); ok {
+				masks[name] = v
+			}
+		}
+	}
+	for name, cpu := range map[string]int{"ab": lastCPU, "star": lastCPU, "switch": firstCPU} {
+		if got, err := parseMask(masks[name]); err != nil || !slices.Equal(got, []int{cpu}) {
+			t.Errorf("RPS CPUs of %s: %q (%v, %v), want [%d]", name, masks[name], got, err, cpu)
 		}
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
@@ -400,8 +447,50 @@ func TestProcNice(t *testing.T) {
 	if got, want := strings.Join(p.Cmd.Args, " "), "ip netns exec ns1 nice -n -20 /bin/hbm workload serve"; got != want {
 		t.Errorf("args %q, want %q", got, want)
 	}
-	p = l.commandNS("ns1", "", "/bin/hbm", "workload", "serve").Nice(0)
+	p = l.commandNS("ns1", "", "/bin/hbm", "workload", "serve").Nice(0).Pin(nil)
 	if got, want := strings.Join(p.Cmd.Args, " "), "ip netns exec ns1 /bin/hbm workload serve"; got != want {
 		t.Errorf("nice 0: args %q, want %q", got, want)
+	}
+	p = l.commandNS("ns1", "", "/bin/hbm", "workload", "serve").Pin([]int{3, 0, 1}).Nice(5)
+	if got, want := strings.Join(p.Cmd.Args, " "), "ip netns exec ns1 nice -n 5 taskset -c 0-1,3 /bin/hbm workload serve"; got != want {
+		t.Errorf("pinned: args %q, want %q", got, want)
+	}
+}
+
+// parseMask reads a sysfs CPU bitmap ("3", "00000001,00000002").
+func parseMask(s string) ([]int, error) {
+	words := strings.Split(strings.TrimSpace(s), ",")
+	var cpus []int
+	for i := range words {
+		w, err := strconv.ParseUint(words[len(words)-1-i], 16, 32)
+		if err != nil {
+			return nil, err
+		}
+		for b := 0; b < 32; b++ {
+			if w&(1<<b) != 0 {
+				cpus = append(cpus, 32*i+b)
+			}
+		}
+	}
+	return cpus, nil
+}
+
+func TestCPUFormats(t *testing.T) {
+	for _, c := range []struct {
+		cpus       []int
+		list, mask string
+	}{
+		{[]int{0}, "0", "1"},
+		{[]int{1}, "1", "2"},
+		{[]int{0, 1, 2, 3, 5}, "0-3,5", "2f"},
+		{[]int{35, 1}, "1,35", "8,00000002"},
+		{[]int{2, 2, 3}, "2-3", "c"},
+	} {
+		if got := cpuList(c.cpus); got != c.list {
+			t.Errorf("cpuList(%v) = %q, want %q", c.cpus, got, c.list)
+		}
+		if got := cpuMask(c.cpus); got != c.mask {
+			t.Errorf("cpuMask(%v) = %q, want %q", c.cpus, got, c.mask)
+		}
 	}
 }

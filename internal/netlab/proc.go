@@ -75,12 +75,14 @@ func (s *procSet) killAll() {
 // shows the namespace's /sys) and, if cgroupDir is not "", inside the cgroup
 // v2 group at that directory: the child is cloned straight into the group
 // (clone3 CLONE_INTO_CGROUP), so every socket it ever creates belongs to it.
+//
+// A host pinned to CPUs (Config.CPUs) runs it on them.
 func (l *Lab) Command(host, cgroupDir, name string, args ...string) *Proc {
 	ns := host
 	if h := l.hosts[host]; h != nil {
 		ns = h.NS
 	}
-	return l.commandNS(ns, cgroupDir, name, args...)
+	return l.commandNS(ns, cgroupDir, name, args...).Pin(l.cfg.CPUs[host])
 }
 
 // commandNS is Command for a namespace (a switch's, say).

@@ -8,6 +8,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -200,7 +201,20 @@ func TestIngressIncast(t *testing.T) {
 	if v := os.Getenv("HBM_INCAST_PORT"); v != "" {
 		fmt.Sscan(v, &bottleneck)
 	}
-	l := inSetup(t, "ingincast", netlab.IncastOptions{Senders: 4, Rate: uint64(bottleneck), Buffer: 128 << 10})
+	// The receiver on a CPU of its own, the senders and the switch on
+	// another, as on separate machines (HBM_INCAST_SHARED=1: all on every
+	// CPU, where the receiver's server waits for a CPU behind the senders'
+	// softirq work; docs/design.md, "Where the 10 KB tail goes").
+	opts := netlab.IncastOptions{Senders: 4, Rate: uint64(bottleneck), Buffer: 128 << 10}
+	shared := os.Getenv("HBM_INCAST_SHARED") != ""
+	if !shared {
+		rcv, others, ok := netlab.SplitCPUs()
+		if !ok {
+			testutil.Missing(t, "a second CPU (the receiver's)", errors.New("this process may use one CPU"))
+		}
+		opts.ReceiverCPUs, opts.OtherCPUs = rcv, others
+	}
+	l := inSetup(t, "ingincast", opts)
 	runs := 1
 	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
@@ -289,7 +303,7 @@ func TestIngressIncast(t *testing.T) {
 			if med(none.retrans) < 100 || med(none.drops) < 100 {
 				t.Fatalf("without HBM only %.0f retransmissions and %.0f bottleneck drops: the testbed made no incast", med(none.retrans), med(none.drops))
 			}
-			if med(with.p99) > 4*med(none.p99) {
+			if shared && med(with.p99) > 4*med(none.p99) {
 				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: more than 4x worse", med(with.p99), med(none.p99))
 			}
 			if !ccECN(ccName) {
@@ -323,12 +337,23 @@ func TestIngressIncast(t *testing.T) {
 			if med(none.rpcRetrans) >= 100 && med(with.rpcRetrans)*4 > med(none.rpcRetrans) {
 				t.Errorf("RPC connections' retransmissions %.0f with HBM, %.0f without: want at least 4x fewer", med(with.rpcRetrans), med(none.rpcRetrans))
 			}
+			// The tail: target 3x lower than without HBM; single runs on
+			// separate CPUs measured 4.7-7.7x. 2x fails a limiter that
+			// leaves the RPCs' losses (about 1x) and the design that marked
+			// every flow (2.7x higher).
+			if !shared && med(with.p99)*2 > med(none.p99) {
+				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: want at least 2x lower", med(with.p99), med(none.p99))
+			}
 			if g := med(with.total); g < 0.75 {
 				t.Errorf("goodput with HBM is %.3f of the bottleneck, want >= 0.75", g)
 			}
 		})
 	}
-	t.Logf("incast (%d run(s), 4 senders x (2 streams + 10 KB loop), 2 Gbit/s 128 KB port, hbm --ingress 1.8gbit --no-drop):\n%s", runs, strings.Join(table, "\n"))
+	cpus := fmt.Sprintf("receiver on CPU %v, senders and switch on %v", opts.ReceiverCPUs, opts.OtherCPUs)
+	if shared {
+		cpus = "all sharing every CPU"
+	}
+	t.Logf("incast (%d run(s), 4 senders x (2 streams + 10 KB loop), 2 Gbit/s 128 KB port, hbm --ingress 1.8gbit --no-drop, %s):\n%s", runs, cpus, strings.Join(table, "\n"))
 }
 
 // TestIngressLimit: a plain ingress limit on the receiver's group holds 3
