@@ -175,25 +175,23 @@ func (l *inLab) runJobs(t *testing.T, label string, jobs []netlab.IncastJob) (*n
 // TestIngressIncast: 4 senders x (2 bulk streams + a 10 KB RPC loop) into
 // one receiver through a 2 Gbit/s bottleneck with a 128 KB buffer, the
 // receiver's group limited with the incast protection defaults (`--ingress
-// 1.8gbit --no-drop`, nothing tuned). Against the same run without HBM, for
+// 1.8gbit --no-drop`, nothing tuned). The receiver runs on a CPU of its own,
+// the senders and the switch on another, as on separate machines
+// (netlab.SplitCPUs; on shared CPUs the receiver's server waits for a CPU
+// behind the senders' softirq work, and that wait is the RPC tail:
+// docs/design.md, "The testbed"). Against the same run without HBM, for
 // ECN senders (cubic+ECN, DCTCP): at least 10x fewer bottleneck drops
-// (target: none), at least 10x fewer retransmissions (target 100x), goodput
-// at least 0.75 of the bottleneck (target 0.85), and at least 4x fewer
-// retransmissions on the RPC connections themselves (measured: 0-500
-// against 2,900-4,400; each one a loss-probe timer in the RPC's tail): bounds a loaded CI machine
-// passes and a limiter that does nothing fails. Senders without ECN
-// (cubic): left as without HBM, the same drops and tail within noise.
+// (target: none), at least 10x fewer retransmissions (target 100x), at
+// least 4x fewer retransmissions on the RPC connections themselves, goodput
+// at least 0.75 of the bottleneck (target 0.85), and the worst sender's 10
+// KB P99 at least 2x lower (target 3x; medians of 3 measured 6.6-7.0x,
+// single runs 4-7x). Bounds a loaded CI machine passes and a limiter that
+// does nothing fails. Senders without ECN (cubic): left as without HBM, the
+// same drops and tail within noise. Goodput counts bulk and RPC bytes.
 //
-// The tail of ECN senders: the design target (the worst sender's 10 KB P99
-// 3x lower than without HBM) is NOT met on this 2-core machine
-// (docs/design.md, "Incast protection"): single runs measured 0.8-2.6x its
-// value without HBM. The test asserts it within 4x of no HBM, which catches
-// the 200 ms timeout tails of a broken assist (20x) but not the 2.7-3x of
-// the earlier design that marked every flow; the benchmark
-// (HBM_INCAST_RUNS=3) tells those apart. Goodput counts bulk and RPC
-// bytes.
-//
-// HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged).
+// HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged);
+// HBM_INCAST_SHARED=1 runs it on shared CPUs, where the tail is only
+// asserted within 4x of no HBM.
 func TestIngressIncast(t *testing.T) {
 	// HBM_INCAST_PORT (bits/s) changes the bottleneck port's rate, and
 	// HBM_INCAST_RATE the limit with it (experiments: CPU on two cores).
@@ -300,9 +298,6 @@ func TestIngressIncast(t *testing.T) {
 			if dropped != 0 {
 				t.Errorf("--no-drop limit dropped %d packets", dropped)
 			}
-			if med(none.retrans) < 100 || med(none.drops) < 100 {
-				t.Fatalf("without HBM only %.0f retransmissions and %.0f bottleneck drops: the testbed made no incast", med(none.retrans), med(none.drops))
-			}
 			if shared && med(with.p99) > 4*med(none.p99) {
 				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: more than 4x worse", med(with.p99), med(none.p99))
 			}
@@ -311,13 +306,18 @@ func TestIngressIncast(t *testing.T) {
 				// HBM (no marks possible, no window clamp): the same drops
 				// and tail, within run-to-run noise. Before, the clamp
 				// doubled the tail (18 ms against 9.4).
-				if med(with.drops) > 1.3*med(none.drops) {
+				if med(with.drops) > 1.3*med(none.drops)+100 { // +100: bbr makes almost no incast here
 					t.Errorf("non-ECN: bottleneck drops %.0f with HBM, %.0f without: worse", med(with.drops), med(none.drops))
 				}
 				if med(with.p99) > 1.5*med(none.p99) {
 					t.Errorf("non-ECN: worst 10 KB P99 %.0f us with HBM, %.0f us without: worse", med(with.p99), med(none.p99))
 				}
 				return
+			}
+			// (bbr, which paces, makes almost none on separate CPUs: 0-333
+			// drops without HBM. It is only compared above.)
+			if med(none.retrans) < 100 || med(none.drops) < 100 {
+				t.Fatalf("without HBM only %.0f retransmissions and %.0f bottleneck drops: the testbed made no incast", med(none.retrans), med(none.drops))
 			}
 			// Target 0 drops and 100x fewer retransmissions; on a quiet
 			// machine 0-18 drops against 6,400 and 77-138x; with another
