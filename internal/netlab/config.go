@@ -47,8 +47,8 @@ type Config struct {
 	// switch processes the packets entering it on its link's CPUs (RPS on
 	// its ports). Keys are host names and names of switched links; what is
 	// not listed runs on any CPU. Without it a receiver's latency includes
-	// its senders' and the switch's CPU time (docs/design.md, "Where the
-	// 10 KB tail goes").
+	// its senders' and the switch's CPU time (docs/design.md, "The
+	// testbed").
 	CPUs map[string][]int
 }
 

@@ -111,10 +111,6 @@ func (l *Lab) pinCPUs() error {
 	return nil
 }
 
-// CPUs returns the CPUs host (or a switched link) is pinned to, nil if it
-// runs on any.
-func (l *Lab) CPUs(name string) []int { return slices.Clone(l.cfg.CPUs[name]) }
-
 // Pin makes the command run on cpus (taskset(1); nil leaves it as is).
 // Every thread of the process inherits them. Call before Start.
 func (p *Proc) Pin(cpus []int) *Proc {
@@ -126,8 +122,8 @@ func (p *Proc) Pin(cpus []int) *Proc {
 	return p
 }
 
-// SplitCPUs returns a receiver's CPU and the others' (the first and the last
-// CPU this process may use) for IncastOptions, or ok false if it may use
+// SplitCPUs returns, for IncastOptions, the receiver's CPU (the last this
+// process may use) and the others' (the first), or ok false if it may use
 // only one.
 func SplitCPUs() (receiver, others []int, ok bool) {
 	var set unix.CPUSet

@@ -202,7 +202,7 @@ func TestIngressIncast(t *testing.T) {
 	// The receiver on a CPU of its own, the senders and the switch on
 	// another, as on separate machines (HBM_INCAST_SHARED=1: all on every
 	// CPU, where the receiver's server waits for a CPU behind the senders'
-	// softirq work; docs/design.md, "Where the 10 KB tail goes").
+	// softirq work; docs/design.md, "The testbed").
 	opts := netlab.IncastOptions{Senders: 4, Rate: uint64(bottleneck), Buffer: 128 << 10}
 	shared := os.Getenv("HBM_INCAST_SHARED") != ""
 	if !shared {
