@@ -290,7 +290,20 @@ func TestStalePinReplaced(t *testing.T) {
 	if err := m.Pin(pinPath(DCTCP)); err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(pinPath(DCTCP))
+	// Remove the fake pin only while it is still the fake (Install failed):
+	// once Install replaced it, isolate's cleanup removes HBM's dctcp.
+	// Unlinking the live pin here instead let its struct_ops unregister
+	// asynchronously, and the cleanup's Remove then found a dctcp it could
+	// not call HBM's (a CI flake).
+	fake, err := os.Stat(pinPath(DCTCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if now, err := os.Stat(pinPath(DCTCP)); err == nil && os.SameFile(now, fake) {
+			os.Remove(pinPath(DCTCP))
+		}
+	})
 
 	if e := entry(t, DCTCP); e == nil || e.Problem == "" {
 		t.Errorf("stale pin listed as %+v", e)
