@@ -31,7 +31,7 @@ import (
 //
 // Measured (docs/design.md, "The testbed"): the ECN senders' tail 4-8.5x
 // lower; DCTCP 52-317 drops against 10,500-12,100; cubic+ECN passes in some
-// sets of runs and in others has 3.5-9x more drops than without HBM, so this
+// sets of runs and in others has 3.5-10x more drops than without HBM, so this
 // benchmark can fail today.
 //
 // A benchmark, not part of `make test` (it needs iperf3 and sockperf):
