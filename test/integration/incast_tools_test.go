@@ -37,7 +37,8 @@ import (
 // A benchmark, not part of `make test` (it needs iperf3 and sockperf):
 // HBM_INCAST_TOOLS=1 runs it, HBM_INCAST_RUNS=3 for medians of 3,
 // HBM_INCAST_CCS to pick the congestion controls, HBM_INCAST_ARGS to add
-// `hbm set` flags (experiments).
+// `hbm set` flags and HBM_TOOLS_IPERF_ARGS iperf3 client flags (e.g. "-P 1",
+// "-b 150M": experiments).
 func TestIngressIncastTools(t *testing.T) {
 	if os.Getenv("HBM_INCAST_TOOLS") == "" {
 		t.Skip("a benchmark: HBM_INCAST_TOOLS=1 runs it (needs iperf3 and sockperf)")
@@ -201,7 +202,7 @@ func runTools(t *testing.T, l *inLab, iperfPort, sockperfPort int) toolRun {
 	}
 	var iperfs, pings []proc
 	for i, s := range l.in.Senders {
-		iperfs = append(iperfs, start(s, "iperf3", "-c", addr, "-p", strconv.Itoa(iperfPort+i), "-P", "2", "-t", "10", "-O", "2", "--json"))
+		iperfs = append(iperfs, start(s, "iperf3", append([]string{"-c", addr, "-p", strconv.Itoa(iperfPort+i), "-P", "2", "-t", "10", "-O", "2", "--json"}, strings.Fields(os.Getenv("HBM_TOOLS_IPERF_ARGS"))...)...))
 	}
 	time.Sleep(2 * time.Second)
 	drops0, err := l.in.BottleneckDrops()
