@@ -202,7 +202,7 @@ func runTools(t *testing.T, l *inLab, iperfPort, sockperfPort int) toolRun {
 	}
 	var iperfs, pings []proc
 	for i, s := range l.in.Senders {
-		iperfs = append(iperfs, start(s, "iperf3", append([]string{"-c", addr, "-p", strconv.Itoa(iperfPort+i), "-P", "2", "-t", "10", "-O", "2", "--json"}, strings.Fields(os.Getenv("HBM_TOOLS_IPERF_ARGS"))...)...))
+		iperfs = append(iperfs, start(s, "iperf3", append([]string{"-c", addr, "-p", strconv.Itoa(iperfPort + i), "-P", "2", "-t", "10", "-O", "2", "--json"}, strings.Fields(os.Getenv("HBM_TOOLS_IPERF_ARGS"))...)...))
 	}
 	time.Sleep(2 * time.Second)
 	drops0, err := l.in.BottleneckDrops()
