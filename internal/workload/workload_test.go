@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -444,7 +445,13 @@ func TestUDPClient(t *testing.T) {
 	if r.UDPOffered < 36e6 || r.UDPOffered > 44e6 {
 		t.Errorf("offered %.1f Mbit/s, want 40 +- 10%%", r.UDPOffered/1e6)
 	}
-	if r.UDPSendErrors != 0 || r.UDPSendError != "" || r.UDPSent != r.UDPOffered {
+	// Attempted and sent are read one after the other while the senders
+	// run: a datagram in flight at either snapshot is in one count and not
+	// yet the other (a clean-clone CI run: sent 40,010,236 of 40,002,244
+	// bits/s, one datagram apart). So equal within one datagram per
+	// socket and snapshot.
+	slack := 2 * float64(r.UDP*r.UDPSize*8) / r.Duration
+	if r.UDPSendErrors != 0 || r.UDPSendError != "" || math.Abs(r.UDPSent-r.UDPOffered) > slack {
 		t.Errorf("send errors %d (%q), sent %.0f of %.0f", r.UDPSendErrors, r.UDPSendError, r.UDPSent, r.UDPOffered)
 	}
 	if r.UDPBytes != r.UDPDatagrams*1000 {
