@@ -61,6 +61,7 @@ func TestIngressIncastTools(t *testing.T) {
 	runs := 1
 	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
+		runs = max(runs, 1)
 	}
 	ccs := []string{"cubic+ecn", "dctcp", "cubic"}
 	if v := os.Getenv("HBM_INCAST_CCS"); v != "" {

@@ -216,6 +216,7 @@ func TestIngressIncast(t *testing.T) {
 	runs := 1
 	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
+		runs = max(runs, 1)
 	}
 	// Experiments: HBM_INCAST_ARGS adds `hbm set` flags, HBM_INCAST_CCS
 	// picks the congestion controls.
