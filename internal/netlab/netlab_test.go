@@ -130,6 +130,21 @@ func reach(lab *Lab, from, to string, ip net.IP) error {
 	}
 }
 
+// output runs p (at most 15s) and returns what it printed, failing the test
+// if it does not exit cleanly.
+func output(t *testing.T, p *Proc) string {
+	t.Helper()
+	var out Buffer
+	p.Cmd.Stdout, p.Cmd.Stderr = &out, &out
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitTimeout(15 * time.Second); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	return out.String()
+}
+
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
@@ -178,31 +193,16 @@ func TestLab(t *testing.T) {
 	// of a's interfaces.
 	p := lab.Command("a", lab.Cgroup("work"), "sh", "-c", "echo nice=$(cut -d' ' -f19 /proc/self/stat); cat /proc/self/cgroup; grep Cpus_allowed_list /proc/self/status; "+
 		"for d in ab star; do echo rps-$d=$(cat /sys/class/net/$d/queues/rx-0/rps_cpus); done; ip -o addr show").Nice(7)
-	var out Buffer
-	p.Cmd.Stdout, p.Cmd.Stderr = &out, &out
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.WaitTimeout(15 * time.Second); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
-	}
-	t.Logf("in a:\n%s", out.String())
+	out := output(t, p)
+	t.Logf("in a:\n%s", out)
 	for _, want := range []string{"nice=7\n", lab.CgroupPath("work") + "\n", "Cpus_allowed_list:\t" + cpuList([]int{lastCPU}) + "\n", a.IP4["ab"].String() + "/24", a.IP4["star"].String() + "/24", a.IP6["ab"].String() + "/64"} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	sw := lab.Command(lab.Link("star").Switch, "", "cat", "/sys/class/net/"+lab.Link("star").Ports["c"]+"/queues/rx-0/rps_cpus")
-	var swOut Buffer
-	sw.Cmd.Stdout, sw.Cmd.Stderr = &swOut, &swOut
-	if err := sw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := sw.WaitTimeout(15 * time.Second); err != nil {
-		t.Fatalf("%v: %s", err, swOut.String())
-	}
-	masks := map[string]string{"ab": "", "star": "", "switch": "rps-switch=" + strings.TrimSpace(swOut.String())}
-	for _, line := range append(strings.Split(out.String(), "\n"), masks["switch"]) {
+	swOut := output(t, lab.Command(lab.Link("star").Switch, "", "cat", "/sys/class/net/"+lab.Link("star").Ports["c"]+"/queues/rx-0/rps_cpus"))
+	masks := map[string]string{"ab": "", "star": "", "switch": "rps-switch=" + strings.TrimSpace(swOut)}
+	for _, line := range append(strings.Split(out, "\n"), masks["switch"]) {
 		for name := range masks {
 			if v, ok := strings.CutPrefix(line, "rps-"+name+"="); ok {
 				masks[name] = v
@@ -214,7 +214,7 @@ func TestLab(t *testing.T) {
 			t.Errorf("RPS CPUs of %s: %q (%v, %v), want [%d]", name, masks[name], got, err, cpu)
 		}
 	}
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, "fd00:") && strings.Contains(line, "tentative") {
 			t.Errorf("the lab's IPv6 address is still tentative (nodad missing): %s", line)
 		}

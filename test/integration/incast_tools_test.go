@@ -48,21 +48,9 @@ func TestIngressIncastTools(t *testing.T) {
 			t.Skipf("%s not installed: %v", c, err)
 		}
 	}
-	opts := netlab.IncastOptions{Senders: 4, Rate: 2_000_000_000, Buffer: 128 << 10}
-	shared := os.Getenv("HBM_INCAST_SHARED") != ""
-	if !shared {
-		rcv, others, ok := netlab.SplitCPUs()
-		if !ok {
-			t.Skip("needs two CPUs (HBM_INCAST_SHARED=1 runs on one)")
-		}
-		opts.ReceiverCPUs, opts.OtherCPUs = rcv, others
-	}
+	opts, shared := pinnedIncast(t, netlab.IncastOptions{Senders: 4, Rate: 2_000_000_000, Buffer: 128 << 10})
 	l := inSetup(t, "incasttools", opts)
-	runs := 1
-	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
-		fmt.Sscan(v, &runs)
-		runs = max(runs, 1)
-	}
+	runs := incastRuns()
 	ccs := []string{"cubic+ecn", "dctcp", "cubic"}
 	if v := os.Getenv("HBM_INCAST_CCS"); v != "" {
 		ccs = strings.Split(v, ",")

@@ -172,6 +172,31 @@ func (l *inLab) runJobs(t *testing.T, label string, jobs []netlab.IncastJob) (*n
 	return r, d
 }
 
+// pinnedIncast puts opts' receiver on a CPU of its own and the senders and
+// the switch on another (netlab.SplitCPUs), unless HBM_INCAST_SHARED is set
+// (shared reports that). A machine with one CPU is a missing capability.
+func pinnedIncast(t *testing.T, opts netlab.IncastOptions) (_ netlab.IncastOptions, shared bool) {
+	t.Helper()
+	if os.Getenv("HBM_INCAST_SHARED") != "" {
+		return opts, true
+	}
+	rcv, others, ok := netlab.SplitCPUs()
+	if !ok {
+		testutil.Missing(t, "a second CPU (the receiver's)", errors.New("this process may use one CPU"))
+	}
+	opts.ReceiverCPUs, opts.OtherCPUs = rcv, others
+	return opts, false
+}
+
+// incastRuns is HBM_INCAST_RUNS, at least 1 (default 1).
+func incastRuns() int {
+	runs := 1
+	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
+		fmt.Sscan(v, &runs)
+	}
+	return max(runs, 1)
+}
+
 // TestIngressIncast: 4 senders x (2 bulk streams + a 10 KB RPC loop) into
 // one receiver through a 2 Gbit/s bottleneck with a 128 KB buffer, the
 // receiver's group limited with the incast protection defaults (`--ingress
@@ -203,21 +228,9 @@ func TestIngressIncast(t *testing.T) {
 	// another, as on separate machines (HBM_INCAST_SHARED=1: all on every
 	// CPU, where the receiver's server waits for a CPU behind the senders'
 	// softirq work; docs/design.md, "The testbed").
-	opts := netlab.IncastOptions{Senders: 4, Rate: uint64(bottleneck), Buffer: 128 << 10}
-	shared := os.Getenv("HBM_INCAST_SHARED") != ""
-	if !shared {
-		rcv, others, ok := netlab.SplitCPUs()
-		if !ok {
-			testutil.Missing(t, "a second CPU (the receiver's)", errors.New("this process may use one CPU"))
-		}
-		opts.ReceiverCPUs, opts.OtherCPUs = rcv, others
-	}
+	opts, shared := pinnedIncast(t, netlab.IncastOptions{Senders: 4, Rate: uint64(bottleneck), Buffer: 128 << 10})
 	l := inSetup(t, "ingincast", opts)
-	runs := 1
-	if v := os.Getenv("HBM_INCAST_RUNS"); v != "" {
-		fmt.Sscan(v, &runs)
-		runs = max(runs, 1)
-	}
+	runs := incastRuns()
 	// Experiments: HBM_INCAST_ARGS adds `hbm set` flags, HBM_INCAST_CCS
 	// picks the congestion controls.
 	args := append([]string{"1.8gbit", "--no-drop"}, strings.Fields(os.Getenv("HBM_INCAST_ARGS"))...)
