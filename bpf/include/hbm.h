@@ -144,6 +144,18 @@ struct hbm_sock {
 	                    * for a whole request */
 	__u16 rx_ect;      /* ingress: 1 once the flow's data arrived ECN-capable
 	                    * (ECT or CE): a mark-only limit acts on it (policy.h) */
+	/* ingress, the window assist (rxwin.h): the least RTT estimate in the
+	 * current and the last half of RXWIN_RTT_WIN_NS, and when the current
+	 * half began; what the flow delivered per RTT in the last two use
+	 * intervals, and where (time, rcv_nxt) the current one began */
+	__u32 rtt_min_us;
+	__u32 rtt_min_prev_us;
+	__u64 rtt_min_ns;
+	__u64 use_ns;
+	__u32 use_seq;
+	__u32 used;
+	__u32 used_prev;
+	__u32 pad;
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

@@ -20,6 +20,25 @@
  * advertised; it stops it from opening further, so the clamp takes hold
  * within an RTT. Marks and drops stay as the backstop.
  *
+ * Two guards keep the window from opening on a flow that does not use it
+ * (measured with iperf3 and sockperf into a shallow port, docs/design.md,
+ * "The window grows only as it is used"): the share loop raises a group's
+ * share while its flows send less than the rate (share.h), up to the whole
+ * rate per flow when CPU-starved senders cannot fill even two segments, and
+ * the receiver's RTT estimate has the 1 ms grain of TCP timestamps. A flow
+ * whose window was sized on both then opened it to 100-800 KB at once, and
+ * eight of them overflowed the port. So:
+ *  - the window's RTT is the least estimate of the last second (rxwin_rtt_us):
+ *    a 1 ms timestamp sample, or the time to receive a window the flow did
+ *    not fill, no longer sizes it;
+ *  - the window is at most twice what the flow delivered per RTT in its last
+ *    two intervals (rxwin_use), as cwnd grows only while it is used (RFC
+ *    7661): a wound-up share opens it one doubling per interval, and only
+ *    as far as the flow keeps up. Per RTT as the kernel estimates it now,
+ *    not the least one: on a path whose queue (not this flow's) holds the
+ *    RTT above twice its minimum, a cap on the least RTT would shrink the
+ *    window round after round, down to the floor.
+ *
  * Not BPF_SOCK_OPS_PARSE_HDR_OPT_CB (the first version): the kernel runs it
  * only for slow-path segments, so a bulk stream received in order (header
  * prediction) kept its autotuned window in most runs. Reserving no option
@@ -33,13 +52,90 @@
 
 #define RXWIN_MIN_MSS    2  /* never clamp below this many segments */
 #define RXWIN_MIN_RTT_US 20 /* RTT floor of the window estimate */
+#define RXWIN_RTT_WIN_NS 1000000000ULL /* the window's RTT: least estimate in this long */
+#define RXWIN_USE_MIN_NS 1000000ULL    /* a use interval: an RTT, at least this */
+#define RXWIN_RTT_MAX_US 4000000ULL    /* products below 2^63 (rxwin_use) */
+
+/* rxwin_rtt_us is the RTT the window is sized on: the least of the
+ * receiver's estimates over the last RXWIN_RTT_WIN_NS (two halves). */
+static __always_inline __u64 rxwin_rtt_us(struct hbm_sock *s, __u64 rtt, __u64 now)
+{
+	if (!s->rtt_min_ns || now - s->rtt_min_ns >= RXWIN_RTT_WIN_NS / 2) {
+		s->rtt_min_prev_us = s->rtt_min_ns && now - s->rtt_min_ns < RXWIN_RTT_WIN_NS ? s->rtt_min_us : rtt;
+		s->rtt_min_us = rtt;
+		s->rtt_min_ns = now;
+	} else if (rtt < s->rtt_min_us) {
+		s->rtt_min_us = rtt;
+	}
+	return s->rtt_min_us < s->rtt_min_prev_us ? s->rtt_min_us : s->rtt_min_prev_us;
+}
+
+/* rxwin_use returns the most window the flow may have: twice what it
+ * delivered per RTT (rtt_us) in the better of its last two use intervals.
+ * rcv_nxt is the socket's. */
+static __always_inline __u64 rxwin_use(struct hbm_sock *s, __u32 rcv_nxt, __u64 rtt_us, __u64 now)
+{
+	__u64 iv = rtt_us * 1000, dt = now - s->use_ns, got, used;
+
+	if (iv < RXWIN_USE_MIN_NS)
+		iv = RXWIN_USE_MIN_NS;
+	if (!s->use_ns) {
+		s->use_ns = now;
+		s->use_seq = rcv_nxt;
+	} else if (dt >= iv) {
+		got = (__u32)(rcv_nxt - s->use_seq);
+		if (got > 0x7fffffffULL)
+			got = 0; /* rcv_nxt never goes back: a bad start */
+		/* got < 2^31, rtt_us <= RXWIN_RTT_MAX_US < 2^22 */
+		used = got * rtt_us / (dt / 1000 ? dt / 1000 : 1);
+		s->used_prev = s->used;
+		s->used = used > RXWIN_MAX ? RXWIN_MAX : used;
+		s->use_ns = now;
+		s->use_seq = rcv_nxt;
+	}
+	used = s->used > s->used_prev ? s->used : s->used_prev;
+	return 2 * used;
+}
+
+/* rxwin_bytes is the window clamp (bytes) of a receiving socket with state s
+ * (its want_Bps set): want x the least recent RTT, at most what the flow
+ * uses (rxwin_use), at least RXWIN_MIN_MSS segments, and an RPC socket's
+ * open window (rxfresh.h). rtt_us is the kernel's current estimate, mss,
+ * rcv_nxt and segs_out the socket's, now bpf_ktime_get_ns(). Updates s. */
+static __always_inline __u64 rxwin_bytes(struct hbm_sock *s, __u64 rtt_us, __u32 mss, __u32 rcv_nxt,
+					 __u32 segs_out, __u64 now)
+{
+	__u64 rtt, win, use, rpc_bytes;
+
+	if (rtt_us > RXWIN_RTT_MAX_US)
+		rtt_us = RXWIN_RTT_MAX_US;
+	rtt = rxwin_rtt_us(s, rtt_us, now);
+	if (rtt < RXWIN_MIN_RTT_US)
+		rtt = RXWIN_MIN_RTT_US;
+	if (rtt_us < rtt)
+		rtt_us = rtt;
+	if (!mss)
+		mss = 1448;
+	win = s->want_Bps * rtt / 1000000;
+	use = rxwin_use(s, rcv_nxt, rtt_us, now);
+	if (win > use)
+		win = use;
+	if (win < RXWIN_MIN_MSS * mss)
+		win = RXWIN_MIN_MSS * mss;
+	/* Small transfers first: an RPC socket's window stays open for a
+	 * whole request (rxfresh.h). */
+	rpc_bytes = rx_rpc_win_bytes(s, rcv_nxt, segs_out);
+	if (win < rpc_bytes)
+		win = rpc_bytes;
+	return win > RXWIN_MAX ? RXWIN_MAX : win;
+}
 
 static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 {
 	struct hbm_sock *s;
 	struct bpf_sock *sk;
 	struct tcp_sock *tp;
-	__u64 rtt, win, mss, cur, rpc_bytes;
+	__u64 rtt, win, cur;
 	__u32 val;
 
 	switch (skops->op) {
@@ -76,19 +172,7 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 	rtt = tp->rcv_rtt_est.rtt_us >> 3;
 	if (!rtt)
 		rtt = skops->srtt_us >> 3;
-	if (rtt < RXWIN_MIN_RTT_US)
-		rtt = RXWIN_MIN_RTT_US;
-	mss = skops->mss_cache ? skops->mss_cache : 1448;
-	win = s->want_Bps * rtt / 1000000;
-	if (win < RXWIN_MIN_MSS * mss)
-		win = RXWIN_MIN_MSS * mss;
-	/* Small transfers first: an RPC socket's window stays open for a
-	 * whole request (rxfresh.h). */
-	rpc_bytes = rx_rpc_win_bytes(s, tp->rcv_nxt, tp->data_segs_out);
-	if (win < rpc_bytes)
-		win = rpc_bytes;
-	if (win > RXWIN_MAX)
-		win = RXWIN_MAX;
+	win = rxwin_bytes(s, rtt, skops->mss_cache, tp->rcv_nxt, tp->data_segs_out, bpf_ktime_get_ns());
 	/* Skip the setsockopt unless the socket's clamp is off by more than
 	 * 1/8. The socket's own, not the one last set: receive autotuning
 	 * raises the clamp with the receive buffer (tcp_rcv_space_adjust). */

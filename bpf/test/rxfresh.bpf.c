@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* Test harness for the ingress RPC class's decisions (rxfresh.h), run with
- * BPF_PROG_TEST_RUN by internal/dataplane/rxfreshtest. The data plane's own
- * test runs cannot reach them: a cgroup_skb test run's skb carries a dummy,
- * non-TCP socket, so there is no socket state to decide on. A syscall
- * program takes the socket state and the packet in its context and writes
- * the decisions back. */
+/* Test harness for the ingress socket decisions: the RPC class (rxfresh.h)
+ * and the receive-window clamp (rxwin.h), run with BPF_PROG_TEST_RUN by
+ * internal/dataplane/rxfreshtest. The data plane's own test runs cannot
+ * reach them: a cgroup_skb test run's skb carries a dummy, non-TCP socket,
+ * so there is no socket state to decide on. A syscall program takes the
+ * socket state and the packet (or the ACK's moment) in its context and
+ * writes the decisions back. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 #include "hbm.h"
 #include "rxfresh.h"
+#include "rxwin.h"
 
 struct rxfresh_case {
 	struct hbm_sock s; /* in and out: the socket's ingress state */
@@ -29,6 +32,27 @@ int rxfresh_run(struct rxfresh_case *c)
 	p.payload = c->payload;
 	c->candidate = rx_fresh(&p, c->segs_out, &c->s);
 	c->win_bytes = rx_rpc_win_bytes(&c->s, c->rcv_nxt, c->segs_out);
+	return 0;
+}
+
+struct rxwin_case {
+	struct hbm_sock s; /* in and out: the socket's ingress state (want_Bps set) */
+	__u64 now_ns;      /* in: the clock */
+	__u64 rtt_us;      /* in: the kernel's RTT estimate */
+	__u32 mss;         /* in: the socket's mss_cache */
+	__u32 rcv_nxt;     /* in: the receiver's rcv_nxt */
+	__u32 segs_out;    /* in: the receiver's data_segs_out */
+	__u32 win_bytes;   /* out: rxwin_bytes, the clamp */
+};
+
+SEC("syscall")
+int rxwin_run(struct rxwin_case *c)
+{
+	/* A copy: the verifier refuses a context pointer moved and then read. */
+	struct hbm_sock s = c->s;
+
+	c->win_bytes = rxwin_bytes(&s, c->rtt_us, c->mss, c->rcv_nxt, c->segs_out, c->now_ns);
+	c->s = s;
 	return 0;
 }
 

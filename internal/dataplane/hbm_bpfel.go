@@ -86,19 +86,27 @@ type hbmHbmQueue struct {
 }
 
 type hbmHbmSock struct {
-	_         structs.HostLayout
-	WantBps   uint64
-	Applied   uint64
-	Seen      [32]uint32
-	RpcBps    uint64
-	FreshRoom uint32
-	RxSegsOut uint32
-	BurstEnd  uint32
-	Burst     uint32
-	HoleNs    uint64
-	HoleEnd   uint32
-	RxRpc     uint16
-	RxEct     uint16
+	_            structs.HostLayout
+	WantBps      uint64
+	Applied      uint64
+	Seen         [32]uint32
+	RpcBps       uint64
+	FreshRoom    uint32
+	RxSegsOut    uint32
+	BurstEnd     uint32
+	Burst        uint32
+	HoleNs       uint64
+	HoleEnd      uint32
+	RxRpc        uint16
+	RxEct        uint16
+	RttMinUs     uint32
+	RttMinPrevUs uint32
+	RttMinNs     uint64
+	UseNs        uint64
+	UseSeq       uint32
+	Used         uint32
+	UsedPrev     uint32
+	Pad          uint32
 }
 
 type hbmHbmStats struct {

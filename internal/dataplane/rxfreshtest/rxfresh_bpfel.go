@@ -71,19 +71,27 @@ type rxfreshHbmQueue struct {
 }
 
 type rxfreshHbmSock struct {
-	_         structs.HostLayout
-	WantBps   uint64
-	Applied   uint64
-	Seen      [32]uint32
-	RpcBps    uint64
-	FreshRoom uint32
-	RxSegsOut uint32
-	BurstEnd  uint32
-	Burst     uint32
-	HoleNs    uint64
-	HoleEnd   uint32
-	RxRpc     uint16
-	RxEct     uint16
+	_            structs.HostLayout
+	WantBps      uint64
+	Applied      uint64
+	Seen         [32]uint32
+	RpcBps       uint64
+	FreshRoom    uint32
+	RxSegsOut    uint32
+	BurstEnd     uint32
+	Burst        uint32
+	HoleNs       uint64
+	HoleEnd      uint32
+	RxRpc        uint16
+	RxEct        uint16
+	RttMinUs     uint32
+	RttMinPrevUs uint32
+	RttMinNs     uint64
+	UseNs        uint64
+	UseSeq       uint32
+	Used         uint32
+	UsedPrev     uint32
+	Pad          uint32
 }
 
 type rxfreshHbmStats struct {
@@ -116,6 +124,17 @@ type rxfreshRxfreshCase struct {
 	WinBytes  uint32
 }
 
+type rxfreshRxwinCase struct {
+	_        structs.HostLayout
+	S        rxfreshHbmSock
+	NowNs    uint64
+	RttUs    uint64
+	Mss      uint32
+	RcvNxt   uint32
+	SegsOut  uint32
+	WinBytes uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -128,6 +147,7 @@ const (
 	rxfreshMapHbmStatsMap = "hbm_stats_map"
 	rxfreshMapHbmWalkMap  = "hbm_walk_map"
 	rxfreshProgRxfreshRun = "rxfresh_run"
+	rxfreshProgRxwinRun   = "rxwin_run"
 )
 
 // loadRxfresh returns the embedded CollectionSpec for rxfresh.
@@ -173,6 +193,7 @@ type rxfreshSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type rxfreshProgramSpecs struct {
 	RxfreshRun *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
+	RxwinRun   *ebpf.ProgramSpec `ebpf:"rxwin_run"`
 }
 
 // rxfreshMapSpecs contains maps before they are loaded into the kernel.
@@ -246,11 +267,13 @@ type rxfreshVariables struct {
 // It can be passed to loadRxfreshObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rxfreshPrograms struct {
 	RxfreshRun *ebpf.Program `ebpf:"rxfresh_run"`
+	RxwinRun   *ebpf.Program `ebpf:"rxwin_run"`
 }
 
 func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
 		p.RxfreshRun,
+		p.RxwinRun,
 	)
 }
 

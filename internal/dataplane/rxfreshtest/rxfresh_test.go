@@ -25,7 +25,9 @@ type step struct {
 	wantRPC         bool // rx_rpc after the step
 }
 
-func run(t *testing.T, steps []step) {
+// load loads the harness's programs (closed when the test ends), or skips
+// the test where BPF_PROG_TEST_RUN cannot run.
+func load(t *testing.T) *rxfreshObjects {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: BPF_PROG_TEST_RUN needs root")
@@ -35,7 +37,13 @@ func run(t *testing.T, steps []step) {
 	if err := loadRxfreshObjects(&objs, nil); err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	defer objs.Close()
+	t.Cleanup(func() { objs.Close() })
+	return &objs
+}
+
+func run(t *testing.T, steps []step) {
+	t.Helper()
+	objs := load(t)
 	var c rxfreshRxfreshCase
 	for _, s := range steps {
 		c.Seq, c.Payload, c.SegsOut, c.RcvNxt = s.seq, s.payload, s.segsOut, s.rcvNxt

@@ -1,0 +1,100 @@
+package rxfreshtest
+
+// Decision table of the receive-window clamp (bpf/include/rxwin.h,
+// rxwin_bytes), run in the kernel with BPF_PROG_TEST_RUN: one receiving
+// socket's state carried through the ACKs it sends, each step moving the
+// clock and the data received, and checking the clamp.
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+const (
+	mss   = 1448
+	floor = 2 * mss // RXWIN_MIN_MSS segments
+	ms    = uint64(1_000_000)
+)
+
+type ack struct {
+	name    string
+	after   uint64 // ns since the last step
+	rttUs   uint64 // the kernel's RTT estimate
+	got     uint32 // bytes received since the last step
+	wantWin uint32
+}
+
+// runAcks carries one socket with want_Bps want (and RPC state set by init)
+// through acks.
+func runAcks(t *testing.T, want uint64, init func(*rxfreshHbmSock), acks []ack) {
+	t.Helper()
+	objs := load(t)
+	c := rxfreshRxwinCase{NowNs: 1000 * ms, Mss: mss, RcvNxt: 1000}
+	c.S.WantBps = want
+	if init != nil {
+		init(&c.S)
+	}
+	for _, a := range acks {
+		c.NowNs += a.after
+		c.RttUs = a.rttUs
+		c.RcvNxt += a.got
+		if _, err := objs.RxwinRun.Run(&ebpf.RunOptions{Context: &c, ContextOut: &c}); err != nil {
+			t.Fatalf("%s: test run: %v", a.name, err)
+		}
+		if c.WinBytes != a.wantWin {
+			t.Errorf("%s: window %d bytes, want %d", a.name, c.WinBytes, a.wantWin)
+		}
+	}
+}
+
+// A share far above what the flow sends (the share loop wound up: 20 Gbit/s,
+// 125 KB at 50 us): the window opens only as the flow uses it, one doubling
+// per interval, and closes again when it stops.
+func TestRxWindowGrowsAsUsed(t *testing.T) {
+	runAcks(t, 2_500_000_000, nil, []ack{
+		{"a new flow starts at the floor, not at the share's 125 KB", 0, 50, 0, floor},
+		{"10 KB per RTT delivered: twice that", ms, 50, 204_800, 20_480},
+		{"it filled that: twice again", ms, 50, 409_600, 40_960},
+		{"far more delivered: the share's window binds", ms, 50, 2_000_000, 125_000},
+		{"one idle interval: the better of the last two holds", ms, 50, 0, 125_000},
+		{"two idle intervals: back to the floor", ms, 50, 0, floor},
+		{"idle for 50 ms: the floor", 50 * ms, 50, 0, floor},
+	})
+}
+
+// The window's RTT is the least estimate of the last second: a 1 ms sample
+// (the grain of TCP timestamps) does not open it; an RTT that stays up for
+// a second does.
+func TestRxWindowLeastRTT(t *testing.T) {
+	runAcks(t, 100_000_000, nil, []ack{ // 800 Mbit/s: 5,000 bytes at 50 us
+		{"first ACK: the floor", 0, 50, 0, floor},
+		{"share x 50 us", ms, 50, 1_000_000, 5_000},
+		{"a 1 ms sample: still share x 50 us", ms, 1000, 1_000_000, 5_000},
+		{"1 ms for half a second: still 50 us (last half)", 600 * ms, 1000, 60_000_000, 5_000},
+		{"1 ms for over a second: share x 1 ms", 600 * ms, 1000, 60_000_000, 100_000},
+	})
+}
+
+// A queue the flow does not own (another flow's, on the path) holds its RTT
+// at 4x its least: what it delivers per RTT is counted on the RTT it has
+// now, so the window is not shrunk round after round to the floor.
+func TestRxWindowQueuedPath(t *testing.T) {
+	runAcks(t, 2_500_000_000, nil, []ack{
+		{"first ACK: the floor", 0, 50, 0, floor},
+		{"20 KB per 50 us RTT delivered", ms, 50, 409_600, 40_960},
+		{"RTT 200 us, the window delivered per RTT: twice the window", ms, 200, 204_800, 81_920},
+		{"it filled that: the share's window binds", ms, 200, 409_600, 125_000},
+	})
+}
+
+// An RPC socket keeps its request's window open through a request
+// (rxfresh.h), whatever it delivered before.
+func TestRxWindowRPCSocket(t *testing.T) {
+	runAcks(t, 2_500_000_000, func(s *rxfreshHbmSock) {
+		s.Burst, s.RxRpc, s.FreshRoom = 1, 1, 1
+		s.BurstEnd = 1000 + freshBytes
+	}, []ack{
+		{"10 KB into a request: 64 KB open", 0, 50, 10240, freshBytes},
+	})
+}
