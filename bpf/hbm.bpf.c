@@ -90,10 +90,7 @@ int hbm_ingress(struct __sk_buff *skb)
 			if (v.p.ecn != ECN_NOT_ECT)
 				s->rx_ect = 1;
 			v.ect = s->rx_ect;
-			/* The window assist holds the socket at its floor (within a
-			 * segment of it): CE could not slow it further (rxwin.h). */
-			v.at_floor = s->applied &&
-				     s->applied <= (RXWIN_MIN_MSS + 1) * (tp->mss_cache ? tp->mss_cache : 1448);
+			v.at_floor = rxwin_at_floor(s, tp->mss_cache);
 		}
 	}
 	if (v.p.is_tcp)

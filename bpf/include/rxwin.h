@@ -51,10 +51,25 @@
 #include "rxfresh.h"
 
 #define RXWIN_MIN_MSS    2  /* never clamp below this many segments */
+#define RXWIN_MSS_DEFAULT 1448 /* a socket's mss before it has one */
 #define RXWIN_MIN_RTT_US 20 /* RTT floor of the window estimate */
 #define RXWIN_RTT_WIN_NS 1000000000ULL /* the window's RTT: least estimate in this long */
 #define RXWIN_USE_MIN_NS 1000000ULL    /* a use interval: an RTT, at least this */
 #define RXWIN_RTT_MAX_US 4000000ULL    /* products below 2^63 (rxwin_use) */
+
+/* rxwin_mss is a socket's mss_cache, or the usual one while it has none. */
+static __always_inline __u32 rxwin_mss(__u32 mss_cache)
+{
+	return mss_cache ? mss_cache : RXWIN_MSS_DEFAULT;
+}
+
+/* rxwin_at_floor reports whether the assist holds the socket (state s,
+ * mss_cache) at its floor, within a segment: CE could not slow it further
+ * (policy.h leaves it unmarked). */
+static __always_inline int rxwin_at_floor(const struct hbm_sock *s, __u32 mss_cache)
+{
+	return s->applied && s->applied <= (RXWIN_MIN_MSS + 1) * rxwin_mss(mss_cache);
+}
 
 /* rxwin_rtt_us is the RTT the window is sized on: the least of the
  * receiver's estimates over the last RXWIN_RTT_WIN_NS (two halves). */
@@ -114,8 +129,7 @@ static __always_inline __u64 rxwin_bytes(struct hbm_sock *s, __u64 rtt_us, __u32
 		rtt = RXWIN_MIN_RTT_US;
 	if (rtt_us < rtt)
 		rtt_us = rtt;
-	if (!mss)
-		mss = 1448;
+	mss = rxwin_mss(mss);
 	win = s->want_Bps * rtt / 1000000;
 	use = rxwin_use(s, rcv_nxt, rtt_us, now);
 	if (win > use)
