@@ -27,6 +27,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/rate"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -497,7 +498,7 @@ func (s *Scenario) validate() error {
 		switch {
 		case names[name] == "host" && l != nil:
 			return ferr(f, "%q is both a host and a link", name)
-		case l != nil && len(l.Hosts) == 2 && !slices.ContainsFunc(s.Bottlenecks, func(b Bottleneck) bool { return b.Link == name }):
+		case l != nil && !netlab.Switched(len(l.Hosts), slices.ContainsFunc(s.Bottlenecks, func(b Bottleneck) bool { return b.Link == name })):
 			return ferr(f, "link %q is a veth pair, not a switch: pin its hosts instead", name)
 		case l == nil && names[name] != "host":
 			return ferr(f, "unknown host or link %q", name)

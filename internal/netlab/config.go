@@ -157,13 +157,12 @@ func (c *Config) link(name string) *Link {
 
 // switched reports whether link l is built as a bridge.
 func (c *Config) switched(l *Link) bool {
-	if len(l.Hosts) > 2 {
-		return true
-	}
-	for _, b := range c.Bottlenecks {
-		if b.Link == l.Name {
-			return true
-		}
-	}
-	return false
+	return Switched(len(l.Hosts), slices.ContainsFunc(c.Bottlenecks, func(b Bottleneck) bool { return b.Link == l.Name }))
+}
+
+// Switched reports whether a link of hosts hosts, with a bottleneck on it
+// or not, is built as a bridge in a switch namespace (and so may be pinned
+// to CPUs) rather than as a veth pair. Scenario files are checked with it.
+func Switched(hosts int, bottleneck bool) bool {
+	return hosts > 2 || bottleneck
 }
