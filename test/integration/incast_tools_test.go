@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,10 +28,11 @@ import (
 // the worst sender's sockperf round-trip P99 at least 2x lower (the
 // bounds of TestIngressIncast).
 //
-// Measured (docs/design.md, "The testbed"): the ECN senders' tail 4-8.5x
-// lower; DCTCP 52-317 drops against 10,500-12,100; cubic+ECN passes in some
-// sets of runs and in others has 3.5-10x more drops than without HBM, so this
-// benchmark can fail today.
+// Measured (docs/design.md, "The window grows only as it is used"): no port
+// drops with HBM for the ECN senders in three sets of 3 runs, and their
+// sockperf tail 3-10x lower. Before the window assist grew a window only as
+// its flow used it, cubic+ECN had 3.5-10x more drops than without HBM in
+// some sets, and this benchmark failed there.
 //
 // A benchmark, not part of `make test` (it needs iperf3 and sockperf):
 // HBM_INCAST_TOOLS=1 runs it, HBM_INCAST_RUNS=3 for medians of 3,
@@ -96,13 +96,13 @@ func TestIngressIncastTools(t *testing.T) {
 				st   toolStats
 			}{{"none", none}, {"hbm", with}} {
 				line := fmt.Sprintf("%-9s %-4s drops %s  hbm marks %s  iperf3 retrans %s  iperf3 goodput %s Gbit/s  sockperf requests %s Gbit/s  sockperf 10KB rtt p50 %s us  worst p99 %s us",
-					ccName, x.name, x.st.span(x.st.drops), x.st.span(x.st.marks), x.st.span(x.st.retrans), x.st.span(x.st.gbps), x.st.span(x.st.pingGbps), x.st.span(x.st.p50), x.st.span(x.st.p99))
+					ccName, x.name, span(x.st.drops), span(x.st.marks), span(x.st.retrans), span(x.st.gbps), span(x.st.pingGbps), span(x.st.p50), span(x.st.p99))
 				table = append(table, line)
 				t.Log(line)
 			}
 			med := result.Median
 			if !ccECN(ccName) {
-				if med(with.p99) > 1.5*med(none.p99) {
+				if med(with.p99) > nonECNTail*med(none.p99) {
 					t.Errorf("non-ECN: worst sockperf P99 %.0f us with HBM, %.0f us without: worse", med(with.p99), med(none.p99))
 				}
 				return
@@ -131,10 +131,6 @@ func (s *toolStats) add(r toolRun) {
 	s.pingGbps = append(s.pingGbps, r.pingGbps)
 	s.p50 = append(s.p50, r.p50)
 	s.p99 = append(s.p99, r.p99)
-}
-
-func (s *toolStats) span(v []float64) string {
-	return fmt.Sprintf("%.4g (%.4g-%.4g)", result.Median(v), slices.Min(v), slices.Max(v))
 }
 
 type toolRun struct {

@@ -188,6 +188,17 @@ func pinnedIncast(t *testing.T, opts netlab.IncastOptions) (_ netlab.IncastOptio
 	return opts, false
 }
 
+// nonECNTail is how much longer the worst sender's 10 KB P99 of senders
+// without ECN may be with a mark-only ingress limit than without HBM: such a
+// limit leaves them alone, and their tail varies from run to run; the
+// window clamp it once gave them doubled it (18 ms against 9.4).
+const nonECNTail = 1.5
+
+// span formats a benchmark figure: the median of v with its min-max.
+func span(v []float64) string {
+	return fmt.Sprintf("%.4g (%.4g-%.4g)", result.Median(v), slices.Min(v), slices.Max(v))
+}
+
 // incastRuns is HBM_INCAST_RUNS, at least 1 (default 1).
 func incastRuns() int {
 	runs := 1
@@ -269,7 +280,6 @@ func TestIngressIncast(t *testing.T) {
 		st.squeezed = append(st.squeezed, float64(r.Softnet.Squeezed))
 	}
 	med := result.Median
-	span := func(v []float64) string { return fmt.Sprintf("%.4g (%.4g-%.4g)", med(v), slices.Min(v), slices.Max(v)) }
 	var table []string
 	for _, ccName := range ccs {
 		t.Run(ccName, func(t *testing.T) {
@@ -310,7 +320,7 @@ func TestIngressIncast(t *testing.T) {
 			// measured 0.9-1.1x. So one more pair, and the medians of all,
 			// before calling it worse; a clamp that doubles the tail fails
 			// both.
-			if !ccECN(ccName) && med(with.p99) > 1.5*med(none.p99) {
+			if !ccECN(ccName) && med(with.p99) > nonECNTail*med(none.p99) {
 				t.Logf("%s: worst 10 KB P99 %.0f us with HBM, %.0f us without: one more pair", ccName, med(with.p99), med(none.p99))
 				pair()
 			}
@@ -345,7 +355,7 @@ func TestIngressIncast(t *testing.T) {
 				if med(with.drops) > 2*med(none.drops)+1500 {
 					t.Errorf("non-ECN: bottleneck drops %.0f with HBM, %.0f without: worse", med(with.drops), med(none.drops))
 				}
-				if med(with.p99) > 1.5*med(none.p99) {
+				if med(with.p99) > nonECNTail*med(none.p99) {
 					t.Errorf("non-ECN: worst 10 KB P99 %.0f us with HBM, %.0f us without: worse", med(with.p99), med(none.p99))
 				}
 				return
