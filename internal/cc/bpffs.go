@@ -2,6 +2,7 @@ package cc
 
 import (
 	"fmt"
+	"github.com/hbm-dev/hbm/internal/bpffs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -9,11 +10,10 @@ import (
 
 // isBPFFS reports whether dir is a mounted BPF filesystem.
 func isBPFFS(dir string) (bool, error) {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err != nil {
+	if _, err := os.Stat(dir); err != nil {
 		return false, err
 	}
-	return uint32(fs.Type) == unix.BPF_FS_MAGIC, nil
+	return bpffs.Mounted(dir), nil
 }
 
 // ensureBPFFS mounts the BPF filesystem at BPFFS unless it is mounted: pins
@@ -24,6 +24,9 @@ func ensureBPFFS() error {
 	}
 	if err := os.MkdirAll(BPFFS, 0o700); err != nil {
 		return fmt.Errorf("bpffs: create %s: %w", BPFFS, err)
+	}
+	if BPFFS == bpffs.Root {
+		return bpffs.EnsureRoot()
 	}
 	if err := unix.Mount("bpf", BPFFS, "bpf", 0, "mode=0700"); err != nil {
 		return fmt.Errorf("bpffs: mount at %s: %w", BPFFS, err)

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"github.com/hbm-dev/hbm/internal/bpffs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,7 @@ import (
 const DefaultPinDir = "/sys/fs/bpf/hbm"
 
 // bpffsRoot is the only place hbm mounts a bpffs itself.
-const bpffsRoot = "/sys/fs/bpf"
+const bpffsRoot = bpffs.Root
 
 const (
 	linksDir = "links" // one pinned link per attachment: <id>-<dir>, <id>-<dir>-sockops
@@ -189,10 +190,8 @@ func ensureBPFFS(dir string) error {
 		return fmt.Errorf("pin directory %q: must be an absolute path", dir)
 	}
 	if dir == bpffsRoot || strings.HasPrefix(dir, bpffsRoot+"/") {
-		if !isBPFFS(bpffsRoot) {
-			if err := unix.Mount("bpf", bpffsRoot, "bpf", 0, "mode=0700"); err != nil {
-				return fmt.Errorf("bpffs not mounted at %s and mounting it failed: %w", bpffsRoot, err)
-			}
+		if err := bpffs.EnsureRoot(); err != nil {
+			return err
 		}
 	}
 	// The nearest existing directory must be on a bpffs.
@@ -210,7 +209,4 @@ func ensureBPFFS(dir string) error {
 	return nil
 }
 
-func isBPFFS(dir string) bool {
-	var fs unix.Statfs_t
-	return unix.Statfs(dir, &fs) == nil && fs.Type == unix.BPF_FS_MAGIC
-}
+func isBPFFS(dir string) bool { return bpffs.Mounted(dir) }

@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"fmt"
+	"github.com/hbm-dev/hbm/internal/bpffs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,6 +96,11 @@ func NewPinDir() (*PinDir, error) {
 		return nil, err
 	}
 	root := filepath.Join(bpffsDir, GroupPrefix+tok)
+	if err := bpffs.EnsureRoot(); err != nil {
+		os.Remove(lock.path)
+		lock.release()
+		return nil, fmt.Errorf("netlab: pin directory: %w", err)
+	}
 	fail := func(err error) (*PinDir, error) {
 		os.RemoveAll(root)
 		os.Remove(lock.path)
