@@ -55,7 +55,21 @@ int hbm_egress(struct __sk_buff *skb)
 		if (tp && v.p.payload)
 			s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (s) {
-			v.fresh = v.candidate = flow_fresh(&v.p, s);
+			__u32 t = v.now >> XFER_TIME_SHIFT;
+
+			/* The first packet after idle (pacing.h clears burst)
+			 * begins a transfer (share.h). */
+			if (!s->burst) {
+				s->burst = 1;
+				s->xfer_start = t;
+			}
+			v.xfer = t - s->xfer_start < XFER_TIME;
+			/* TCP paces none of a connection's first segments,
+			 * nor the packet after them (no earlier packet set
+			 * its send time): what no share can hold. */
+			v.candidate = !s->tx_paced;
+			if (tp->data_segs_out - v.p.segs >= TCP_UNPACED_SEGS)
+				s->tx_paced = 1;
 			v.counted = 1;
 		}
 	}
@@ -63,8 +77,6 @@ int hbm_egress(struct __sk_buff *skb)
 	if (s) {
 		s->want_Bps = v.want_Bps;
 		s->rpc_Bps = v.rpc_Bps;
-		if (v.candidate)
-			s->fresh_room = v.fresh;
 	}
 	if (v.drop)
 		return HBM_RET_DROP_CN;

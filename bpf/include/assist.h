@@ -67,6 +67,36 @@ static __always_inline int pace_set(void *ctx, struct tcp_sock *tp, struct hbm_s
 	return 1;
 }
 
+#define TCP_BPF_SNDCWND_CLAMP_OPT 1002 /* TCP_BPF_SNDCWND_CLAMP, SOL_TCP */
+#define CWND_MIN_SEGS  4          /* never clamp cwnd below this */
+#define CWND_FREE_SEGS 0x7fffffff /* a clamp that clamps nothing */
+
+/* cwnd_set makes the socket's cwnd clamp segs (0: none), unless the clamp
+ * it has is within a quarter of it, or is lower and not HBM's (the
+ * socket's owner clamped it). The kernel also sets ssthresh to the clamp
+ * (TCP_BPF_SNDCWND_CLAMP): below the clamp the flow is in slow start, which
+ * pacing holds. Returns 1 if it changed the socket. */
+static __always_inline int cwnd_set(void *ctx, struct tcp_sock *tp, struct hbm_sock *s, __u32 segs)
+{
+	__u32 cur = tp->snd_cwnd_clamp;
+	int val = segs ? (int)segs : CWND_FREE_SEGS;
+
+	if (!segs && !s->cwnd_applied)
+		return 0;
+	if (segs && cur != s->cwnd_applied && cur < segs)
+		return 0; /* the owner's, and lower */
+	if (segs && cur <= segs + (segs >> 2) && cur + (cur >> 2) >= segs)
+		return 0;
+	if (!segs && cur != s->cwnd_applied) {
+		s->cwnd_applied = 0; /* the owner's now: leave it */
+		return 0;
+	}
+	if (bpf_setsockopt(ctx, SOL_TCP, TCP_BPF_SNDCWND_CLAMP_OPT, &val, sizeof(val)))
+		return 0;
+	s->cwnd_applied = segs;
+	return 1;
+}
+
 /* clamp_lift lifts the receive-window clamp HBM set, if any. */
 static __always_inline int clamp_lift(void *ctx, struct hbm_sock *s)
 {

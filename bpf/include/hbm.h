@@ -75,34 +75,42 @@ struct hbm_config {
  * carry a 32-bit fraction of a ns, so 400 Gbit/s (0.02 ns per byte) and
  * 8 kbit/s (1 ms per byte) are both exact to better than 1e-8.
  *
- * The rest is the group's per-flow share (share.h): what each TCP flow of the
- * group may send, in payload bytes per second, and the flow count it rests on. */
+ * The rest is the group's per-flow share (share.h): what a TCP flow of the
+ * group may send per unit of weight, in payload bytes per second, and the
+ * weighted flow count it rests on. */
 struct hbm_queue {
 	struct bpf_spin_lock lock;
 	__u32 frac;        /* fraction of vtime_ns, in 2^-32 ns */
 	__u64 vtime_ns;    /* bpf_ktime_get_ns() time at which the queue is empty */
-	__u64 share_Bps;   /* per-flow rate, payload bytes/s (0: not yet computed) */
+	__u64 share_Bps;   /* share of one unit of flow weight, payload bytes/s
+	                    * (0: not yet computed) */
 	__u64 ctl_ns;      /* start of the current control interval */
 	__u64 ctl_wire;    /* wire bytes passed in it, all traffic */
 	__u64 ctl_tcp_wire;    /* ... of which TCP */
 	__u64 ctl_tcp_payload; /* TCP payload bytes in it */
 	__u64 epoch_ns;    /* start of the current flow-count window */
 	__u32 epoch;       /* flow-count window number */
-	__u32 flows_now;   /* TCP flows that sent in the current window */
+	__u32 flows_now;   /* weight of the TCP flows counted in the current window
+	                    * that have not left (share.h) */
 	__u32 flows;       /* ... in the last complete window */
 	__u32 payload_q16; /* TCP payload / wire bytes, 16-bit fixed point (0: unknown) */
-	__u64 ctl_fresh;   /* wire bytes of RPCs (fresh-burst candidates: policy.h,
-	                    * flow_fresh) in the interval */
-	__u64 fresh_Bps;   /* ... as a rate, smoothed: what the bulk flows leave to them */
-	__u64 rpc_Bps;     /* pacing cap of an idle socket when the fresh budget is
-	                    * spent (share.h): RPCs together at 7/8 of the rate */
-	__u64 fresh_vt_ns; /* the group's RPC budget (policy.h, fresh_budget):
+	__u64 ctl_fresh;   /* wire bytes no share can pace in the interval (egress:
+	                    * a connection's first segments, which TCP never paces;
+	                    * ingress: RPC bursts, rxfresh.h) */
+	__u64 fresh_Bps;   /* ... as a rate, smoothed: what the paced flows leave to them */
+	__u64 fresh_vt_ns; /* ingress: the group's RPC budget (policy.h, fresh_budget):
 	                    * ahead of now while fresh bursts take more */
 	__u64 share_mul;   /* share_Bps over the fair share, 16-bit fixed point
 	                    * (share.h; 0: not yet computed) */
 	__u32 pkt_max_now; /* largest TCP packet (wire bytes, all segments) in the
 	                    * current flow-count window ... */
 	__u32 pkt_max;     /* ... and in the last one: a flow's burst (share.h) */
+	__u32 seen_now;    /* weight of the TCP flows counted in the current window,
+	                    * departed or not (the share's floor, share.h) ... */
+	__u32 seen;        /* ... in the last complete window */
+	__u32 bulk_now;    /* egress: flows counted as bulk (weight 1) in the current
+	                    * window (share.h, flow_gap_ns) ... */
+	__u32 bulk;        /* ... in the last complete window */
 };
 
 struct hbm_stats {
@@ -122,9 +130,12 @@ struct hbm_stats {
 struct hbm_sock {
 	__u64 want_Bps;    /* least share of the socket's limited groups (0: none) */
 	__u64 applied;     /* what the assist last set (pacing cap B/s, or window clamp bytes) */
-	__u32 seen[HBM_MAX_LEVELS]; /* per cgroup level: the flow-count window last counted in, + 1 */
-	__u64 rpc_Bps;     /* egress: the least RPC cap of its groups (share.h), payload bytes/s */
-	__u32 fresh_room;  /* 1 if its last fresh packet found room in every
+	__u32 seen[HBM_MAX_LEVELS]; /* per cgroup level: how the flow is counted
+	                    * there (share.h, SEEN_*): 0 not counted */
+	__u64 rpc_Bps;     /* egress: the least share of its groups for a transfer
+	                    * (weight XFER_WEIGHT, share.h), payload bytes/s: the cap
+	                    * an idle socket keeps for its next transfer */
+	__u32 fresh_room;  /* ingress: 1 if its last fresh packet found room in every
 	                    * group's fresh budget (policy.h, fresh_budget) */
 	__u32 rx_segs_out; /* ingress: the receiver's data_segs_out when the current
 	                    * burst began: once it replies, the next data is a new
@@ -155,6 +166,12 @@ struct hbm_sock {
 	__u32 use_seq;
 	__u32 used;
 	__u32 used_prev;
+	__u32 xfer_start;  /* egress: when its current transfer began (it sent
+	                    * after being idle), bpf_ktime_get_ns() >> 20 (share.h) */
+	__u32 tx_paced;    /* egress: 1 once TCP paces the socket: it sent a packet
+	                    * after its first TCP_UNPACED_SEGS segments (share.h) */
+	__u32 cwnd_applied; /* egress: the cwnd clamp the assist last set, segments
+	                     * (pacing.h; 0: none) */
 	__u32 pad;
 };
 

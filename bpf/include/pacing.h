@@ -9,18 +9,15 @@
  * really has, so a workload that lifts its own cap is capped again on its
  * next ACK.
  *
- * Small transfers first: a socket whose every written byte was acked is
- * idle, and what it writes next, up to 64 KB, is an RPC (policy.h,
- * flow_fresh). Its cap is raised to FRESH_BPS while its group's RPC budget
- * had room for its last RPC, so the next burst leaves at once instead of at
- * the bulk share: TCP sizes a TSO packet to a millisecond at the pacing
- * rate, so at FRESH_BPS its first 64 KB go as one packet, unpaced. Without
- * room it gets the group's RPC cap (share.h: RPCs together at 7/8 of the
- * rate). It keeps that cap until the RPC is acked, while all its owner wrote
- * fits in the 64 KB; a larger write is bulk and the next ACK caps it to its
- * share. Not unlimited: a socket with a large cwnd would send a whole 1 MB
- * transfer within the RTT before its first ACK (measured: a group of 1 MB
- * RPCs at 8x its limit).
+ * Transfers: a socket whose every written byte was acked is idle; it leaves
+ * its groups' flow counts at once (share_depart), and so does a socket that
+ * closes. Its cap becomes its share as a transfer (weight XFER_WEIGHT,
+ * share.h), which the first packet of its next transfer, one TSO packet,
+ * leaves at whatever the cap: TCP delays a paced socket's packet only by
+ * the time the one before it took at the cap. Data plane v2 lifted an idle
+ * socket's cap to 64 KB per millisecond for an "RPC class" at 7/8 of the
+ * rate: a back-to-back 10 KB loop then took 168 of its group's 200 Mbit/s
+ * and left 12 to a 1 MB loop beside it (1 MB P99 680 ms against htb's 97).
  */
 #ifndef HBM_PACING_H
 #define HBM_PACING_H
@@ -28,25 +25,79 @@
 #include "assist.h"
 #include "policy.h"
 
-/* What an idle socket may send at: its first FRESH_BURST_BYTES as one TSO
- * packet (TCP sizes them to sk_pacing_rate >> 10 bytes). */
-#define FRESH_BPS ((__u64)FRESH_BURST_BYTES << 10)
+#define TCP_CLOSE_STATE 7 /* TCP_CLOSE, the state a socket ends in */
 
-/* idle_cap is the cap of an RPC socket (idle, or sending an RPC): FRESH_BPS
- * while its groups' RPC budgets had room for its last RPC; else (RPCs want
- * more than the budget) the groups' RPC cap (share.h), so that a
- * back-to-back RPC loop paces itself to its class's 7/8 of the rate instead
- * of being dropped; never below the socket's share. */
-static __always_inline __u64 idle_cap(const struct hbm_sock *s)
+/* depart leaves every group the socket is counted in (share.h,
+ * share_depart; closed: for good): each level of its cgroup path with a
+ * slot in s->seen.
+ * The path is read from the socket's cgroup, as the walker does. */
+static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int closed)
 {
-	__u64 c;
+	struct cgroup *cg = BPF_CORE_READ((struct sock *)tp, sk_cgrp_data.cgroup);
+	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
+	struct cgroup *anc;
+	struct hbm_queue *q;
+	int level, i;
 
-	if (!s->want_Bps)
+	s->burst = 0;
+	if (!cg)
+		return;
+	level = BPF_CORE_READ(cg, level);
+	for (i = 0; i < HBM_MAX_LEVELS; i++) {
+		if (i > level)
+			break;
+		if (!s->seen[i])
+			continue;
+		anc = NULL;
+		if (bpf_core_read(&anc, sizeof(anc), &cg->ancestors[i]) || !anc)
+			break;
+		key.cgroup_id = BPF_CORE_READ(anc, kn, id);
+		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+		if (!q) {
+			s->seen[i] = 0;
+			continue;
+		}
+		bpf_spin_lock(&q->lock);
+		share_depart(q, s, i, closed);
+		bpf_spin_unlock(&q->lock);
+	}
+}
+
+/* cwnd_fit is the cwnd clamp, in segments, that paces a socket capped at
+ * cap bytes/s in small packets: TCP sizes a TSO packet to 64 KB whatever
+ * its pacing rate below 512 us of min RTT (tcp_tso_rtt_log), and a paced
+ * socket sends one such packet, then waits its time at the cap: 84 ms for
+ * a flow at 6 Mbit/s. A 100 KB response was one such wait, and a share
+ * that dipped when the packet left stalled the flow for the whole wait
+ * (measured: 32 clients of 1 MB responses at 0.86 of 200mbit, 0.98 with
+ * tcp_tso_rtt_log=0). The cwnd bounds a TSO packet too, so the clamp is a
+ * millisecond at the cap, as TCP sizes packets at larger RTTs, and never
+ * below twice what the cap needs in flight at the socket's RTT, nor below
+ * CWND_MIN_SEGS. 0: no clamp (no cap). */
+static __always_inline __u32 cwnd_fit(struct tcp_sock *tp, __u64 cap)
+{
+	__u64 mss = tp->mss_cache, srtt_us = tp->srtt_us >> 3, ms, bdp;
+
+	if (!cap || cap > PACE_MAX_BPS)
 		return 0;
-	if (s->fresh_room)
-		return s->want_Bps < FRESH_BPS ? FRESH_BPS : s->want_Bps;
-	c = s->rpc_Bps;
-	return c > s->want_Bps ? c : s->want_Bps;
+	if (!mss)
+		mss = 1448;
+	ms = cap / 1000 / mss;
+	bdp = 2 * cap * srtt_us / 1000000 / mss; /* cap < 2^32, srtt < 2^31 */
+	if (ms < bdp)
+		ms = bdp;
+	if (ms < CWND_MIN_SEGS)
+		ms = CWND_MIN_SEGS;
+	return ms > 65535 ? 0 : (__u32)ms;
+}
+
+/* pace applies cap to the socket: its pacing cap and the cwnd clamp that
+ * goes with it (cwnd_fit). */
+static __always_inline void pace(struct bpf_sock_ops *skops, struct tcp_sock *tp, struct hbm_sock *s,
+				 __u64 cap)
+{
+	pace_set(skops, tp, s, cap);
+	cwnd_set(skops, tp, s, cwnd_fit(tp, cap));
 }
 
 static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
@@ -58,10 +109,12 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		/* Ask for a callback on every ACK. */
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
+		/* Ask for a callback on every ACK and on the socket's end. */
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG |
+						 BPF_SOCK_OPS_STATE_CB_FLAG);
 		return 1;
 	case BPF_SOCK_OPS_RTT_CB:
+	case BPF_SOCK_OPS_STATE_CB:
 		break;
 	default:
 		return 1;
@@ -75,18 +128,18 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 1;
+	if (skops->op == BPF_SOCK_OPS_STATE_CB) {
+		if (skops->args[1] == TCP_CLOSE_STATE)
+			depart(tp, s, 1);
+		return 1;
+	}
 	if (tp_idle(tp)) {
-		s->burst = 0;
-		pace_set(skops, tp, s, idle_cap(s));
+		if (s->burst)
+			depart(tp, s, 0);
+		pace(skops, tp, s, s->rpc_Bps ? s->rpc_Bps : s->want_Bps);
 		return 1;
 	}
-	/* An RPC under way: all its owner wrote since idle fits in the fresh
-	 * burst. It keeps the RPC cap until acked; a larger write is bulk. */
-	if (s->burst && (__s32)(tp->write_seq - s->burst_end) <= 0) {
-		pace_set(skops, tp, s, idle_cap(s));
-		return 1;
-	}
-	pace_set(skops, tp, s, s->want_Bps);
+	pace(skops, tp, s, s->want_Bps);
 	return 1;
 }
 

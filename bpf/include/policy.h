@@ -10,12 +10,13 @@
  *   backlog > drop_large        large packets dropped
  *   backlog > drop_small        all packets dropped
  * Never dropped: anything under HBM_F_NO_DROP; on egress, TCP flows with
- * fewer than min_inflight packets out (the probe timer would stall them) and
- * fresh RPC packets (within their group's RPC budget, fresh_budget); on
+ * fewer than min_inflight packets out (the probe timer would stall them); on
  * ingress, what rx_protected() spares (the receiver's proxy for the same
- * rule). Never marked: egress RPC packets, the first 64 KB a socket sends
- * after idle (flow_fresh): the RPC class is steered by pacing (pacing.h).
- * Dropped packets are not charged.
+ * rule) and fresh RPC packets (within their group's RPC budget,
+ * fresh_budget). Never marked: a connection's first segments, which TCP
+ * does not pace either (egress), and RPC bursts (ingress): a CE or
+ * congestion code there ends slow start of a transfer that pacing and the
+ * share already steer. Dropped packets are not charged.
  *
  * Egress drops carry the congestion code: TCP learns of the drop at once and
  * enters CWR; UDP sees ENOBUFS, which it hides from the sender unless
@@ -45,14 +46,17 @@ struct verdict {
 	struct pkt p;
 	__u64 now;
 	__u64 want_Bps;     /* least share of the levels that assist (0: none) */
-	__u64 rpc_Bps;      /* least RPC cap of the levels (share.h; 0: none) */
+	__u64 rpc_Bps;      /* egress: least share of the levels for a transfer (0: none) */
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
 	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
 	__u8 protected;     /* ingress: rx_protected() */
-	__u8 candidate;     /* egress: in the first 64 KB after idle (flow_fresh): an RPC */
-	__u8 fresh;         /* egress: ... and within every group's fresh budget:
+	__u8 candidate;     /* egress: one of the connection's first segments, which
+	                     * TCP does not pace (share.h, TCP_UNPACED_SEGS);
+	                     * ingress: in the first 64 KB after idle (rx_fresh) */
+	__u8 fresh;         /* ingress: ... and within every group's fresh budget:
 	                     * never marked, never dropped */
+	__u8 xfer;          /* egress: the flow is in a transfer (share.h) */
 	__u8 ect;           /* ingress: the flow's data arrives ECN-capable (hbm_sock.rx_ect) */
 	__u8 at_floor;      /* ingress: the window assist holds the socket at its
 	                     * two-segment floor (hbm.bpf.c) */
@@ -83,21 +87,6 @@ static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock
 		return 1;
 	s->hole_ns = 0; /* repaired (or given up on) */
 	return 0;
-}
-
-/* flow_fresh reports whether this egress TCP packet may be part of a fresh
- * burst: the first FRESH_BURST_BYTES a socket sends after everything it
- * wrote was acked (pacing.h clears s->burst then), or after it was created.
- * Whether it is one is up to each group's fresh budget (fresh_budget): an
- * RPC goes first, but RPCs together do not take more than 7/8 of their
- * group's rate unmarked. */
-static __always_inline int flow_fresh(const struct pkt *p, struct hbm_sock *s)
-{
-	if (!s->burst) {
-		s->burst = 1;
-		s->burst_end = p->seq + FRESH_BURST_BYTES;
-	}
-	return (__s32)(p->seq + p->payload - s->burst_end) <= 0;
 }
 
 /* fresh_budget charges an RPC packet (a fresh-burst candidate) of cost ns
@@ -160,7 +149,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	struct hbm_stats *st;
 	struct hbm_queue *q;
 	__s64 backlog;
-	__u64 cost, share = 0;
+	__u64 cost, share = 0, xfer_share = 0;
 	__u32 frac;
 	int drop = 0, may_drop;
 
@@ -201,14 +190,20 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 		q->vtime_ns += cost;
 		q->frac = frac;
 		if (cfg->flags & HBM_F_PACE) {
-			if (v->candidate)
+			/* Ingress: RPC bursts go first; the paced flows share
+			 * what they leave. Egress: a server's unpaced first
+			 * packets come at the rate its caps let connections
+			 * end, so the loop corrects for them, not the room. */
+			if (v->candidate && v->dir == HBM_DIR_INGRESS)
 				q->ctl_fresh += v->p.wire_bytes;
-			/* Bulk packets only: an RPC's fresh burst leaves as one
-			 * 64 KB packet whatever its flow's share (pacing.h). */
+			/* Paced packets only: what TCP does not pace (egress)
+			 * or an RPC's fresh burst (ingress) leaves whatever the
+			 * flow's share. */
 			share_count(q, cfg, s, lvl, s && !v->candidate ? (__u32)v->p.wire_bytes : 0,
-				    v->now);
-			share_update(q, cfg, &v->p, backlog, v->now);
-			share = q->share_Bps;
+				    v->xfer, v->now);
+			share_update(q, cfg, &v->p, backlog, v->now, v->dir == HBM_DIR_EGRESS);
+			share = share_of(q, cfg, v->xfer ? XFER_WEIGHT : 1);
+			xfer_share = share_of(q, cfg, XFER_WEIGHT);
 		}
 	}
 	bpf_spin_unlock(&q->lock);
@@ -230,8 +225,8 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 		share = 0;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
-	if (q->rpc_Bps && (!v->rpc_Bps || q->rpc_Bps < v->rpc_Bps))
-		v->rpc_Bps = q->rpc_Bps;
+	if (xfer_share && (!v->rpc_Bps || xfer_share < v->rpc_Bps))
+		v->rpc_Bps = xfer_share;
 	if (backlog <= (__s64)cfg->mark_ns || v->candidate)
 		return 0;
 	/* A mark-only ingress limit does not mark a TCP flow whose window the

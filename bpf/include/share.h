@@ -12,9 +12,16 @@
  * static cap of limit/N holds 16-128 cubic and bbr flows at 1.00-1.01.
  *
  * Two parts, both under the queue's lock:
- *  - The flow count N: TCP flows that sent in the last window. A flow is
- *    counted once per window (its per-level slot in hbm_sock.seen holds the
- *    window number). The window lasts two of a flow's sending gaps at its
+ *  - The flow count N: TCP flows that sent in the last window, each
+ *    counted with its weight (egress: XFER_WEIGHT while the flow is in a
+ *    transfer begun less than XFER_TIME ago after it was idle, 1 once it is
+ *    bulk; ingress: 1). A flow is counted once per window (its per-level
+ *    slot in hbm_sock.seen holds the window number and its class), and an
+ *    egress flow that goes idle or closes leaves the count at once
+ *    (share_depart, called by the pacing assist): a server's connections
+ *    that live for milliseconds are not counted for a whole window after
+ *    they finished (data plane v2 counted 100-200 flows where 32 were
+ *    sending, and held a web server at 0.4-0.7 of its limit). The window lasts two of a flow's sending gaps at its
  *    share, within [250 ms, 4 s], so a flow held to a small share is still
  *    seen. A gap is the group's largest TCP packet at limit/N: below 512 us
  *    of min RTT (tcp_tso_rtt_log) TCP sends 64 KB TSO packets whatever its
@@ -22,8 +29,8 @@
  *    ms (measured; docs/design.md). A flow that stops is forgotten within
  *    two windows (the share loop lifts the share off a stale floor within
  *    a few intervals), and a new one counts at once.
- *  - The share, after RCP: a multiple m of the fair share (the bulk room
- *    over N, so that a change in N acts at once). Every control interval
+ *  - The share, after RCP: a multiple m of the fair share per unit of
+ *    weight (the paced room over N, so that a change in N acts at once). Every control interval
  *    (share_interval) the loop measures what the group sent, y, and scales
  *    m by target / y, where target is the rate less what drains the backlog
  *    above pace_target_ns in SHARE_DRAIN_NS. Flows that send less than the
@@ -39,6 +46,7 @@
 #define HBM_SHARE_H
 
 #include "hbm.h"
+#include "vqueue.h"
 
 #define SHARE_INTERVAL_NS   1000000ULL   /* control interval, at least ... */
 #define SHARE_INTERVAL_PKTS 128          /* ... and the time of this many full packets */
@@ -55,11 +63,48 @@
 #define FLOW_WINDOW_GAPS    2                 /* window: this many sending gaps */
 #define FLOW_GAP_MIN_BYTES  (2 * 1514ULL)     /* a gap is at least two full segments */
 #define PAYLOAD_Q16_DEFAULT 63250        /* 1448 / 1500 in 16-bit fixed point */
-/* Fresh bursts together may take at most 7/8 of a group's rate (bulk flows
- * keep an eighth): a group's budget, FRESH_BURST_BYTES deep, charged at
- * 8/7 of a packet's cost. */
+/* Ingress: fresh bursts together may take at most 7/8 of a group's rate
+ * (bulk flows keep an eighth): a group's budget, FRESH_BURST_BYTES deep,
+ * charged at 8/7 of a packet's cost. */
 #define FRESH_COST_NUM 8
 #define FRESH_COST_DEN 7
+
+/* Egress transfers: a flow that began sending less than XFER_TIME ago after
+ * it was last idle (everything it wrote acked) is in a transfer and weighs
+ * XFER_WEIGHT bulk flows; past that it is bulk. Time, not bytes: N
+ * streams starting together are bulk after XFER_TIME whatever their share
+ * (4 MB at 1/128 of 200 Mbit/s would take 20 s). Small transfers go first
+ * without a class of their own: a 10 KB request loop beside one stream
+ * gets 8/9 of the group, beside 128 streams 8/136, and beside a 1 MB loop
+ * and a stream as much as the 1 MB loop (data plane v2's RPC class took 7/8
+ * of the rate for the 10 KB loop and left the 1 MB loop 6%). */
+#define XFER_TIME_SHIFT 20  /* hbm_sock.xfer_start: bpf_ktime_get_ns() >> this (~1.05 ms) */
+#define XFER_TIME       1907 /* ~2 s in those units */
+#define XFER_WEIGHT     8
+/* TCP never paces a connection's first segments (tcp_update_skb_after_send:
+ * data_segs_out >= 10), so what it sends before that leaves at once
+ * whatever its cap: the room of the paced flows is the rate less that. */
+#define TCP_UNPACED_SEGS 10
+
+/* hbm_sock.seen[lvl]: the window the flow was last counted in (+1, 28 bits),
+ * its class then (1: transfer), whether it left since (idle or closed: it is
+ * in the seen counts, not in the flow counts) and whether it is in the
+ * last window's flow count as well. */
+#define SEEN_WIN_MASK 0x0fffffffU
+#define SEEN_XFER     (1U << 28)
+#define SEEN_LEFT     (1U << 29)
+#define SEEN_PREV_SEEN (1U << 30) /* in the last window's seen count */
+#define SEEN_PREV     (1U << 31)  /* in the last window's flow count */
+
+static __always_inline __u32 seen_weight(__u32 seen)
+{
+	return seen & SEEN_XFER ? XFER_WEIGHT : 1;
+}
+
+static __always_inline __u32 sat_sub(__u32 a, __u32 b)
+{
+	return a > b ? a - b : 0;
+}
 
 /* share_flows is the group's flow count: the larger of the last window's and
  * the current one's, so a burst of new flows lowers the share at once. */
@@ -70,9 +115,21 @@ static __always_inline __u32 share_flows(const struct hbm_queue *q)
 	return n ? n : 1;
 }
 
-/* bulk_room is what the group's bulk flows share, in payload bytes/s: the
- * rate (payload part) less what fresh bursts (RPCs, policy.h) take, since
- * they go first, and never less than an eighth of it. */
+/* share_flows_seen is the weight of every flow that sent in the window,
+ * those that left included: N flows that each send a 10 KB response and go
+ * idle are rarely all counted in share_flows at once, yet together they
+ * are N flows of the group. The share's floor rests on it. */
+static __always_inline __u32 share_flows_seen(const struct hbm_queue *q)
+{
+	__u32 n = q->seen > q->seen_now ? q->seen : q->seen_now;
+
+	return n ? n : 1;
+}
+
+/* bulk_room is what the group's paced flows share, in payload bytes/s: the
+ * rate (payload part) less what no share can pace (egress: connections'
+ * first segments; ingress: RPC bursts, which go first), and never less than
+ * an eighth of it. */
 static __always_inline __u64 bulk_room(const struct hbm_queue *q, __u64 rate)
 {
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
@@ -84,11 +141,10 @@ static __always_inline __u64 bulk_room(const struct hbm_queue *q, __u64 rate)
 /* flow_gap_ns is how long a flow of the group waits between its packets at
  * the fair share, bulk_room / N: the group's largest bulk TCP packet (at
  * least two full segments) at that share, at most FLOW_WINDOW_MAX_NS. */
-static __always_inline __u64 flow_gap_ns(const struct hbm_queue *q, __u64 rate)
+static __always_inline __u64 flow_gap_ns(const struct hbm_queue *q, __u64 rate, __u32 n)
 {
 	__u64 pkt = q->pkt_max > q->pkt_max_now ? q->pkt_max : q->pkt_max_now, gap;
 	__u64 room = bulk_room(q, rate);
-	__u32 n = share_flows(q);
 
 	if (pkt < FLOW_GAP_MIN_BYTES)
 		pkt = FLOW_GAP_MIN_BYTES;
@@ -103,14 +159,19 @@ static __always_inline __u64 flow_gap_ns(const struct hbm_queue *q, __u64 rate)
 }
 
 /* share_count counts the flow of socket state s (its slot for this group:
- * s->seen[lvl]) in this window, and its packet of pkt_wire bytes in the
- * window's largest (0: not a bulk packet), first closing the window if it
- * has run its course. Called with the queue locked; s may be NULL (not a
- * counted flow). */
+ * s->seen[lvl]) in this window with its class (xfer: in a transfer, weight
+ * XFER_WEIGHT, else 1), and its packet of pkt_wire bytes in the window's
+ * largest (0: not a paced packet), first closing the window if it has run
+ * its course. A flow whose class changed within the window is counted
+ * again with its new weight. Called with the queue locked; s may be NULL
+ * (not a counted flow). */
 static __always_inline void share_count(struct hbm_queue *q, const struct hbm_config *cfg,
-					struct hbm_sock *s, __u32 lvl, __u32 pkt_wire, __u64 now)
+					struct hbm_sock *s, __u32 lvl, __u32 pkt_wire, int xfer,
+					__u64 now)
 {
-	__u64 win = FLOW_WINDOW_GAPS * flow_gap_ns(q, cfg->rate_bps / 8);
+	/* At the floor's share, so that a flow held there is still seen. */
+	__u64 win = FLOW_WINDOW_GAPS * flow_gap_ns(q, cfg->rate_bps / 8, share_flows_seen(q));
+	__u32 cur, w, e;
 
 	if (win < FLOW_WINDOW_MIN_NS)
 		win = FLOW_WINDOW_MIN_NS;
@@ -120,6 +181,10 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 		/* A window skipped while idle counts as empty. */
 		q->flows = now - q->epoch_ns < 2 * win ? q->flows_now : 0;
 		q->flows_now = 0;
+		q->seen = now - q->epoch_ns < 2 * win ? q->seen_now : 0;
+		q->seen_now = 0;
+		q->bulk = q->bulk_now;
+		q->bulk_now = 0;
 		q->pkt_max = q->pkt_max_now;
 		q->pkt_max_now = 0;
 		q->epoch++;
@@ -128,10 +193,91 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 	lvl &= HBM_MAX_LEVELS - 1;
 	if (pkt_wire > q->pkt_max_now)
 		q->pkt_max_now = pkt_wire;
-	if (s && s->seen[lvl] != q->epoch + 1) {
-		s->seen[lvl] = q->epoch + 1;
-		q->flows_now++;
+	if (!s)
+		return;
+	e = (q->epoch + 1) & SEEN_WIN_MASK;
+	if (!e)
+		e = 1; /* 0 means not counted */
+	cur = s->seen[lvl];
+	w = xfer ? XFER_WEIGHT : 1;
+	if ((cur & SEEN_WIN_MASK) == e) {
+		/* Counted in this window already: back from idle, or of
+		 * another class now. */
+		if (cur & SEEN_LEFT)
+			q->flows_now += w;
+		else if (!(cur & SEEN_XFER) == !xfer)
+			return;
+		else
+			q->flows_now = sat_sub(q->flows_now, seen_weight(cur)) + w;
+		if (!(cur & SEEN_XFER) != !xfer) {
+			q->seen_now = sat_sub(q->seen_now, seen_weight(cur)) + w;
+			if (!xfer)
+				q->bulk_now++;
+		}
+		s->seen[lvl] = (cur & ~(SEEN_XFER | SEEN_LEFT)) | (xfer ? SEEN_XFER : 0);
+		return;
 	}
+	q->flows_now += w;
+	q->seen_now += w;
+	if (!xfer)
+		q->bulk_now++;
+	s->seen[lvl] = e | (xfer ? SEEN_XFER : 0) |
+		       ((cur & (SEEN_WIN_MASK | SEEN_LEFT)) == ((e - 1) & SEEN_WIN_MASK) ? SEEN_PREV : 0) |
+		       ((cur & SEEN_WIN_MASK) == ((e - 1) & SEEN_WIN_MASK) ? SEEN_PREV_SEEN : 0);
+}
+
+/* share_of is the share of a flow of weight w (1 or XFER_WEIGHT) in the
+ * group, payload bytes/s, at most the group's rate. */
+static __always_inline __u64 share_of(const struct hbm_queue *q, const struct hbm_config *cfg, __u32 w)
+{
+	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
+	__u64 ceil = (cfg->rate_bps / 8) * pq >> 16, c = q->share_Bps * w;
+
+	return c < ceil ? c : ceil;
+}
+
+/* share_depart takes the flow of socket state s out of the group's flow
+ * counts (its slot s->seen[lvl]): it went idle or closed. An idle flow
+ * stays in the seen counts (share_flows_seen: it may send again at once); a
+ * closed one leaves them too (a server's connection per request is not
+ * counted after its end). Called with the queue locked. Counts never go
+ * below zero: a slot left from a limit that was removed and set again may
+ * name a window of the old queue. */
+static __always_inline void share_depart(struct hbm_queue *q, struct hbm_sock *s, __u32 lvl,
+					 int closed)
+{
+	__u32 cur, e, w, cw;
+
+	lvl &= HBM_MAX_LEVELS - 1;
+	cur = s->seen[lvl];
+	if (!cur)
+		return;
+	e = (q->epoch + 1) & SEEN_WIN_MASK;
+	if (!e)
+		e = 1;
+	w = seen_weight(cur);
+	cw = cur & SEEN_WIN_MASK;
+	if (!(cur & SEEN_LEFT)) {
+		if (cw == e) {
+			q->flows_now = sat_sub(q->flows_now, w);
+			if (cur & SEEN_PREV)
+				q->flows = sat_sub(q->flows, w);
+		} else if (cw == ((e - 1) & SEEN_WIN_MASK)) {
+			q->flows = sat_sub(q->flows, w);
+		}
+	}
+	if (!closed) {
+		s->seen[lvl] = (cur & ~SEEN_PREV) | SEEN_LEFT;
+		return;
+	}
+	if (cw == e) {
+		q->seen_now = sat_sub(q->seen_now, w);
+		if (cur & SEEN_PREV_SEEN)
+			q->seen = sat_sub(q->seen, w);
+	} else if (cw == ((e - 1) & SEEN_WIN_MASK)) {
+		q->seen = sat_sub(q->seen, w);
+	}
+	s->seen[lvl] = 0;
 }
 
 /* share_interval_pkts is the time of SHARE_INTERVAL_PKTS full packets at
@@ -155,9 +301,34 @@ static __always_inline __u64 share_interval_pkts(__u64 rate)
  * Mbit/s against a share of 1.5, and sent 1.2x the limit). */
 static __always_inline __u64 share_interval(const struct hbm_queue *q, __u64 rate)
 {
-	__u64 t = share_interval_pkts(rate), gap = flow_gap_ns(q, rate);
+	/* The flows that send least often: bulk ones (weight 1) if the
+	 * window has any, else transfers (XFER_WEIGHT). */
+	__u32 n = share_flows(q);
+	__u64 t, gap;
+
+	if (!q->bulk && !q->bulk_now)
+		n = n / XFER_WEIGHT ? n / XFER_WEIGHT : 1;
+	t = share_interval_pkts(rate);
+	gap = flow_gap_ns(q, rate, n);
 
 	return gap > t ? gap : t;
+}
+
+/* share_target_ns is the backlog the loop steers the group to: --pace, and
+ * on egress at least two of the group's largest packets: 32 flows each
+ * sending one 64 KB TSO packet per sending gap keep a virtual queue of a
+ * few such packets at their rate (2.7 ms each at 200 Mbit/s), and a target
+ * below that held 32 clients of 1 MB responses at 0.86 of the limit. */
+static __always_inline __s64 share_target_ns(const struct hbm_queue *q, const struct hbm_config *cfg,
+					     int egress)
+{
+	__u64 pkt = q->pkt_max > q->pkt_max_now ? q->pkt_max : q->pkt_max_now;
+	__s64 t = cfg->pace_target_ns, p;
+
+	if (!egress)
+		return t;
+	p = (__s64)cost_ns_bytes(cfg, 2 * pkt);
+	return p > t ? p : t;
 }
 
 /* share_update accounts a packet to the control interval and, when one ends,
@@ -165,9 +336,10 @@ static __always_inline __u64 share_interval(const struct hbm_queue *q, __u64 rat
  * products below 2^63: rates <= 5e10 bytes/s, the ratio <= 2^17, bytes per
  * interval <= 2^40 (dt is capped). */
 static __always_inline void share_update(struct hbm_queue *q, const struct hbm_config *cfg,
-					 const struct pkt *p, __s64 backlog, __u64 now)
+					 const struct pkt *p, __s64 backlog, __u64 now, int egress)
 {
-	__u64 rate = cfg->rate_bps / 8, m = q->share_mul, dt, y, y_rpc, r, target, ratio, fair, ceil, c;
+	__u64 rate = cfg->rate_bps / 8, m = q->share_mul, dt, y, y_rpc, target, ratio, fair, ceil, c;
+	__u64 room, floor, drain = SHARE_DRAIN_NS;
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
 	__s64 excess, left;
 	int over;
@@ -183,6 +355,13 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	 * new flows, or flows that lost their caps): correct at once, at the
 	 * time of 128 packets, and all the way down. */
 	over = backlog > (__s64)cfg->drop_large_ns;
+	/* Egress: that cut only once m has climbed above the fair share (the
+	 * case it is for: caps grown while the group idled). Below it the
+	 * backlog comes from what caps cannot hold at once (connections'
+	 * first packets), and cutting m to an eighth per interval for it held
+	 * a web server of 100 KB responses at 0.7 of its limit. */
+	if (egress && m <= (1ULL << SHARE_Q))
+		over = 0;
 	if ((__s64)dt >= (__s64)share_interval(q, rate) ||
 	    (over && (__s64)dt >= (__s64)share_interval_pkts(rate))) {
 		if (dt > 2 * FLOW_WINDOW_MAX_NS)
@@ -190,36 +369,28 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		y = q->ctl_wire * 1000000ULL / (dt / 1000); /* bytes/s; dt in us */
 		if (q->ctl_tcp_wire > 64 * 1024 && q->ctl_tcp_payload <= q->ctl_tcp_wire)
 			q->payload_q16 = (q->ctl_tcp_payload << 16) / q->ctl_tcp_wire;
-		/* Halfway to this interval's rate of RPCs. */
+		/* Halfway to this interval's rate of what no share paces. */
 		y_rpc = q->ctl_fresh * 1000000ULL / (dt / 1000);
 		q->fresh_Bps = (q->fresh_Bps + y_rpc) / 2;
 		q->ctl_fresh = 0;
-		/* The RPC cap, after RCP too: RPCs together at most 7/8 of the rate. */
-		r = q->rpc_Bps ? q->rpc_Bps : ceil;
-		ratio = y_rpc ? ((rate * FRESH_COST_DEN / FRESH_COST_NUM) << SHARE_Q) / y_rpc : SHARE_RATIO_MAX;
-		if (ratio > SHARE_RATIO_MAX)
-			ratio = SHARE_RATIO_MAX;
-		if (ratio < SHARE_RATIO_MIN)
-			ratio = SHARE_RATIO_MIN;
-		r = (r + ((r * ratio) >> SHARE_Q)) / 2;
-		if (r > ceil)
-			r = ceil;
-		if (r < (ceil >> 6))
-			r = ceil >> 6;
-		q->rpc_Bps = r;
 		q->ctl_ns = now;
 		q->ctl_wire = 0;
 		q->ctl_tcp_wire = 0;
 		q->ctl_tcp_payload = 0;
 
-		/* target = rate * (1 - excess / SHARE_DRAIN_NS), within [rate/16, 2 rate]. */
-		excess = backlog - cfg->pace_target_ns;
-		left = (__s64)SHARE_DRAIN_NS - excess;
-		if (left < (__s64)(SHARE_DRAIN_NS >> 4))
-			left = SHARE_DRAIN_NS >> 4;
-		if (left > (__s64)(2 * SHARE_DRAIN_NS))
-			left = 2 * SHARE_DRAIN_NS;
-		target = rate * (__u64)left / SHARE_DRAIN_NS;
+		/* target = rate * (1 - excess / drain), within [rate/16, 2 rate].
+		 * Egress drains over a control interval at least: a backlog
+		 * left by bursts within the interval is not a rate to correct
+		 * in 4 ms. dt < 2^33 here. */
+		if (egress && dt > drain)
+			drain = dt;
+		excess = backlog - share_target_ns(q, cfg, egress);
+		left = (__s64)drain - excess;
+		if (left < (__s64)(drain >> 4))
+			left = drain >> 4;
+		if (left > (__s64)(2 * drain))
+			left = 2 * drain;
+		target = rate * (__u64)left / drain;
 		ratio = y ? (target << SHARE_Q) / y : SHARE_RATIO_MAX;
 		if (ratio > SHARE_RATIO_MAX)
 			ratio = SHARE_RATIO_MAX;
@@ -237,16 +408,38 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	 * over their number: a change in the flow count moves the share at
 	 * once; the loop above only corrects m for flows that send less than
 	 * their share. */
-	fair = bulk_room(q, rate) / share_flows(q);
+	room = bulk_room(q, rate);
+	fair = room / share_flows(q);
 	if (!fair)
 		fair = 1;
-	/* A 64th below the fair share at least: the share loop, not the floor,
-	 * settles the group on its rate (at the floor the loop cannot pull it
-	 * lower). */
-	if (m < SHARE_MUL_MIN)
-		m = SHARE_MUL_MIN;
+	/* Ingress (v2): a 64th below the fair share at least.
+	 * Egress: half the share of every flow that sent in the window (and did not
+	 * close) at least: the loop, not the floor, settles the group on its
+	 * rate, and it may need to go below that share: TCP lets a paced
+	 * socket that idled past its next send time send its next packet up
+	 * to half its time early (tcp_update_skb_after_send's credit), so a
+	 * server's keep-alive connections, idle between requests, send up to
+	 * twice their caps (measured: 64 keep-alive clients of 10 KB
+	 * responses at 1.25-1.37 of the limit with the floor at the full
+	 * share). The bound keeps the group from spiralling down: if all those
+	 * flows send at once they get half the rate at worst until the loop
+	 * lifts them. With flows that come and go, the floor is below the
+	 * fair share of those sending now. */
+	if (egress) {
+		floor = room / share_flows_seen(q) / 2;
+	} else {
+		floor = fair - (fair >> 6);
+	}
+	if (!floor)
+		floor = 1;
+	if (m < SHARE_MUL_MIN >> 16)
+		m = SHARE_MUL_MIN >> 16; /* m stays above 2^-16 */
 	/* fair < 2^36 and m >> 16 < 2^19: products below 2^55. */
 	c = fair * (m >> SHARE_Q) + ((fair * (m & ((1ULL << SHARE_Q) - 1))) >> SHARE_Q);
+	if (c < floor) {
+		c = floor;
+		m = (floor << SHARE_Q) / fair; /* <= 2^16: floor <= fair */
+	}
 	if (c > ceil) {
 		c = ceil;
 		m = (ceil << SHARE_Q) / fair; /* < 2^35: fair >= ceil / 8 / 2^16 */

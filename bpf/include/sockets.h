@@ -55,10 +55,12 @@ static __always_inline int hbm_walk(struct bpf_iter__tcp *ctx)
 		return 0;
 	w->seen++;
 	if (!w->release) {
+		/* egress: every ACK (pacing) and the socket's end (it
+		 * leaves its groups' flow counts, pacing.h) */
 		want_flag = w->dir == HBM_DIR_INGRESS ? BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG
-						      : BPF_SOCK_OPS_RTT_CB_FLAG;
+						      : BPF_SOCK_OPS_RTT_CB_FLAG | BPF_SOCK_OPS_STATE_CB_FLAG;
 		flags = tp->bpf_sock_ops_cb_flags;
-		if (flags & want_flag)
+		if ((flags & want_flag) == want_flag)
 			return 0;
 		flags |= want_flag;
 		if (!bpf_setsockopt(tp, SOL_TCP, SOCK_OPS_CB_FLAGS_OPT, &flags, sizeof(flags)))
@@ -78,7 +80,7 @@ static __always_inline int hbm_walk(struct bpf_iter__tcp *ctx)
 		return 0;
 	s->want_Bps = 0;
 	s->burst = 0;
-	w->changed += pace_set(tp, tp, s, 0);
+	w->changed += pace_set(tp, tp, s, 0) | cwnd_set(tp, tp, s, 0);
 	return 0;
 }
 

@@ -78,11 +78,14 @@ type hbmHbmQueue struct {
 	PayloadQ16    uint32
 	CtlFresh      uint64
 	FreshBps      uint64
-	RpcBps        uint64
 	FreshVtNs     uint64
 	ShareMul      uint64
 	PktMaxNow     uint32
 	PktMax        uint32
+	SeenNow       uint32
+	Seen          uint32
+	BulkNow       uint32
+	Bulk          uint32
 }
 
 type hbmHbmSock struct {
@@ -106,7 +109,11 @@ type hbmHbmSock struct {
 	UseSeq       uint32
 	Used         uint32
 	UsedPrev     uint32
+	XferStart    uint32
+	TxPaced      uint32
+	CwndApplied  uint32
 	Pad          uint32
+	_            [4]byte
 }
 
 type hbmHbmStats struct {

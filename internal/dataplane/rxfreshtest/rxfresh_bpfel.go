@@ -63,11 +63,14 @@ type rxfreshHbmQueue struct {
 	PayloadQ16    uint32
 	CtlFresh      uint64
 	FreshBps      uint64
-	RpcBps        uint64
 	FreshVtNs     uint64
 	ShareMul      uint64
 	PktMaxNow     uint32
 	PktMax        uint32
+	SeenNow       uint32
+	Seen          uint32
+	BulkNow       uint32
+	Bulk          uint32
 }
 
 type rxfreshHbmSock struct {
@@ -91,7 +94,11 @@ type rxfreshHbmSock struct {
 	UseSeq       uint32
 	Used         uint32
 	UsedPrev     uint32
+	XferStart    uint32
+	TxPaced      uint32
+	CwndApplied  uint32
 	Pad          uint32
+	_            [4]byte
 }
 
 type rxfreshHbmStats struct {
