@@ -111,6 +111,9 @@ struct hbm_queue {
 	__u32 bulk_now;    /* egress: flows counted as bulk (weight 1) in the current
 	                    * window (share.h, flow_gap_ns) ... */
 	__u32 bulk;        /* ... in the last complete window */
+	__u32 idled_now;   /* egress: weight of the flows that went idle (not closed)
+	                    * in the current window (share.h, the floor) ... */
+	__u32 idled;       /* ... in the last complete window */
 };
 
 struct hbm_stats {

@@ -79,7 +79,7 @@
  * and a stream as much as the 1 MB loop (data plane v2's RPC class took 7/8
  * of the rate for the 10 KB loop and left the 1 MB loop 6%). */
 #define XFER_TIME_SHIFT 20  /* hbm_sock.xfer_start: bpf_ktime_get_ns() >> this (~1.05 ms) */
-#define XFER_TIME       1907 /* ~2 s in those units */
+#define XFER_TIME       954 /* ~1 s in those units */
 #define XFER_WEIGHT     8
 /* TCP never paces a connection's first segments (tcp_update_skb_after_send:
  * data_segs_out >= 10), so what it sends before that leaves at once
@@ -90,7 +90,8 @@
  * its class then (1: transfer), whether it left since (idle or closed: it is
  * in the seen counts, not in the flow counts) and whether it is in the
  * last window's flow count as well. */
-#define SEEN_WIN_MASK 0x0fffffffU
+#define SEEN_WIN_MASK 0x07ffffffU
+#define SEEN_IDLED    (1U << 27)  /* went idle in the window (q->idled_now) */
 #define SEEN_XFER     (1U << 28)
 #define SEEN_LEFT     (1U << 29)
 #define SEEN_PREV_SEEN (1U << 30) /* in the last window's seen count */
@@ -185,6 +186,8 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 		q->seen_now = 0;
 		q->bulk = q->bulk_now;
 		q->bulk_now = 0;
+		q->idled = q->idled_now;
+		q->idled_now = 0;
 		q->pkt_max = q->pkt_max_now;
 		q->pkt_max_now = 0;
 		q->epoch++;
@@ -210,7 +213,16 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 		else
 			q->flows_now = sat_sub(q->flows_now, seen_weight(cur)) + w;
 		if (!(cur & SEEN_XFER) != !xfer) {
+			/* In the last window's counts too, where it is there:
+			 * else a flow turned bulk keeps its transfer weight
+			 * there, and N flows turning bulk together get an
+			 * eighth of their share for up to a window (measured:
+			 * 128 cubic streams at 0.45 of the limit). */
 			q->seen_now = sat_sub(q->seen_now, seen_weight(cur)) + w;
+			if (cur & SEEN_PREV)
+				q->flows = sat_sub(q->flows, seen_weight(cur)) + w;
+			if (cur & SEEN_PREV_SEEN)
+				q->seen = sat_sub(q->seen, seen_weight(cur)) + w;
 			if (!xfer)
 				q->bulk_now++;
 		}
@@ -267,6 +279,10 @@ static __always_inline void share_depart(struct hbm_queue *q, struct hbm_sock *s
 		}
 	}
 	if (!closed) {
+		if (cw == e && !(cur & SEEN_IDLED)) {
+			q->idled_now += w;
+			cur |= SEEN_IDLED;
+		}
 		s->seen[lvl] = (cur & ~SEEN_PREV) | SEEN_LEFT;
 		return;
 	}
@@ -340,6 +356,7 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 {
 	__u64 rate = cfg->rate_bps / 8, m = q->share_mul, dt, y, y_rpc, target, ratio, fair, ceil, c;
 	__u64 room, floor, drain = SHARE_DRAIN_NS;
+	__u32 n;
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
 	__s64 excess, left;
 	int over;
@@ -413,20 +430,23 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	if (!fair)
 		fair = 1;
 	/* Ingress (v2): a 64th below the fair share at least.
-	 * Egress: half the share of every flow that sent in the window (and did not
-	 * close) at least: the loop, not the floor, settles the group on its
-	 * rate, and it may need to go below that share: TCP lets a paced
-	 * socket that idled past its next send time send its next packet up
-	 * to half its time early (tcp_update_skb_after_send's credit), so a
-	 * server's keep-alive connections, idle between requests, send up to
-	 * twice their caps (measured: 64 keep-alive clients of 10 KB
-	 * responses at 1.25-1.37 of the limit with the floor at the full
-	 * share). The bound keeps the group from spiralling down: if all those
-	 * flows send at once they get half the rate at worst until the loop
-	 * lifts them. With flows that come and go, the floor is below the
-	 * fair share of those sending now. */
+	 * Egress: a 64th below the share of every flow that sent in the
+	 * window (and did not close), where a flow that went idle in it counts
+	 * twice. The loop, not the floor, settles the group on its rate (at the
+	 * floor it cannot pull lower); if all those flows send at once they
+	 * still fill the rate, so greedy flows are not let spiral down (128
+	 * bbr flows sent 0.82 of the limit with the floor at half their
+	 * share). Idle flows count twice because TCP lets a paced socket that
+	 * idled past its next send time send its next packet up to half its
+	 * time early (tcp_update_skb_after_send's credit): a server's
+	 * keep-alive connections, idle between requests, send up to twice
+	 * their caps (measured: 64 keep-alive clients of 10 KB responses at
+	 * 1.25-1.37 of the limit with them counted once). With flows that come
+	 * and go, the floor is below the fair share of those sending now. */
 	if (egress) {
-		floor = room / share_flows_seen(q) / 2;
+		n = share_flows_seen(q) + (q->idled > q->idled_now ? q->idled : q->idled_now);
+		floor = room / n;
+		floor -= floor >> 6;
 	} else {
 		floor = fair - (fair >> 6);
 	}

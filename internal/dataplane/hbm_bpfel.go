@@ -86,6 +86,8 @@ type hbmHbmQueue struct {
 	Seen          uint32
 	BulkNow       uint32
 	Bulk          uint32
+	IdledNow      uint32
+	Idled         uint32
 }
 
 type hbmHbmSock struct {

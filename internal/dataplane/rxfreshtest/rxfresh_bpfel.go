@@ -71,6 +71,8 @@ type rxfreshHbmQueue struct {
 	Seen          uint32
 	BulkNow       uint32
 	Bulk          uint32
+	IdledNow      uint32
+	Idled         uint32
 }
 
 type rxfreshHbmSock struct {
