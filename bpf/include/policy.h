@@ -40,6 +40,8 @@
  * from again (the sender gave up, or the retransmission went elsewhere). */
 #define RX_HOLE_TIMEOUT_NS 1000000000ULL
 
+#define VERDICT_CHARGED 4
+
 /* What one packet brings to every level's decision, and what they decide.
  * Scalars only: police_level is a global function, verified once. */
 struct verdict {
@@ -62,6 +64,12 @@ struct verdict {
 	                     * two-segment floor (hbm.bpf.c) */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
+	/* The levels that charged the packet (police_path): refunded if a
+	 * level above them drops it. The first VERDICT_CHARGED only: deeper
+	 * nesting than that pays for what a level above drops. */
+	__u32 ncharged;
+	__u64 charged_id[VERDICT_CHARGED];
+	__u64 charged_ns[VERDICT_CHARGED];
 };
 
 /* rx_protected reports whether dropping this ingress TCP packet could leave
@@ -215,6 +223,11 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	}
 	st->packets += v->p.segs;
 	st->bytes += v->p.wire_bytes;
+	if (v->ncharged < VERDICT_CHARGED) {
+		v->charged_id[v->ncharged & (VERDICT_CHARGED - 1)] = id;
+		v->charged_ns[v->ncharged & (VERDICT_CHARGED - 1)] = cost;
+		v->ncharged++;
+	}
 	/* A mark-only ingress limit (incast protection) signals with CE alone,
 	 * so it leaves a flow that cannot carry CE exactly as without HBM: no
 	 * window clamp either. Measured (docs/design.md): clamping cubic
@@ -262,19 +275,60 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	return 0;
 }
 
-/* police_path applies every limit on the socket's cgroup path, root first.
- * A packet one level drops is not charged to the levels below it. */
+/* refund takes back what the levels below a dropping one charged for the
+ * packet: its time in their virtual queues and its bytes in their counts.
+ * Only packets that leave are charged. */
+static __always_inline void refund(struct verdict *v)
+{
+	struct hbm_key key = { .dir = v->dir };
+	struct hbm_stats *st;
+	struct hbm_queue *q;
+	__u32 i;
+
+	for (i = 0; i < VERDICT_CHARGED; i++) {
+		if (i >= v->ncharged)
+			break;
+		key.cgroup_id = v->charged_id[i];
+		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+		if (q) {
+			bpf_spin_lock(&q->lock);
+			q->vtime_ns -= v->charged_ns[i];
+			bpf_spin_unlock(&q->lock);
+		}
+		st = bpf_map_lookup_elem(&hbm_stats_map, &key);
+		if (st) {
+			st->packets -= v->p.segs;
+			st->bytes -= v->p.wire_bytes;
+		}
+	}
+}
+
+/* police_path applies every limit on the socket's cgroup path, its own
+ * group first, then its ancestors up to the root: a packet a group drops is
+ * never charged to the groups above it, and one a group above drops is
+ * refunded to those below. So a child's limit is reachable inside its
+ * parent's: with /p at 1gbit and /p/a at 100mbit, a UDP flood in /p/a
+ * reaches /p as the 100 Mbit/s /p/a lets through (police root first, /p
+ * dropped the flood and /p/a delivered 19 Mbit/s of its 100). */
 static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v)
 {
-	__u32 lvl;
+	__u32 depth, lvl, i;
 
-	for (lvl = 0; lvl < HBM_MAX_LEVELS; lvl++) {
-		__u64 id = bpf_skb_ancestor_cgroup_id(skb, lvl);
-
-		if (!id)
+	for (depth = 0; depth < HBM_MAX_LEVELS; depth++)
+		if (!bpf_skb_ancestor_cgroup_id(skb, depth))
 			break; /* past the socket's own group */
+	for (i = 0; i < HBM_MAX_LEVELS; i++) {
+		__u64 id;
+
+		if (i >= depth)
+			break;
+		lvl = depth - 1 - i;
+		id = bpf_skb_ancestor_cgroup_id(skb, lvl);
+		if (!id)
+			continue;
 		if (police_level(skb, v, id, lvl)) {
 			v->drop = 1;
+			refund(v);
 			break;
 		}
 	}

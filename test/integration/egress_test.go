@@ -324,3 +324,55 @@ func TestEgressLiveFlows(t *testing.T) {
 			r.Goodput/1e6, free.Goodput/1e6)
 	}
 }
+
+// TestEgressNestedChildFlood: a child's limit is reachable inside its
+// parent's, and only packets that leave are charged. /p at 1gbit, /p/a at
+// 100mbit flooding UDP (offered 1 Gbit/s), /p/b with TCP streams and no
+// limit of its own: /p/a delivers its own 100 Mbit/s (data plane v2 policed
+// root first, so /p dropped the flood before /p/a's limit saw it: 19 of
+// 100 Mbit/s), and /p/b keeps about the rest of /p's.
+func TestEgressNestedChildFlood(t *testing.T) {
+	l := egSetup(t, "egflood")
+	parent, _ := l.cgroup(t, "p")
+	child, adir := l.cgroup(t, "p/a")
+	_, bdir := l.cgroup(t, "p/b")
+	l.set(t, parent, "1gbit")
+	l.set(t, child, "100mbit")
+	defer l.hbm.Unset(parent)
+	defer l.hbm.Unset(child)
+
+	type res struct {
+		r   *workload.Result
+		err error
+	}
+	udp, tcp := make(chan res, 1), make(chan res, 1)
+	go func() {
+		r, err := l.tb.RunClient(context.Background(), l.bin, adir, workload.Config{
+			Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), UDP: 1, UDPRate: 1e9,
+			Warmup: egWarmup, Duration: egDuration,
+		})
+		udp <- res{r, err}
+	}()
+	go func() {
+		r, err := l.tb.RunClient(context.Background(), l.bin, bdir, workload.Config{
+			Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams,
+			Warmup: egWarmup, Duration: egDuration, CC: "cubic",
+		})
+		tcp <- res{r, err}
+	}()
+	u, c := <-udp, <-tcp
+	if u.err != nil || c.err != nil {
+		t.Fatalf("clients: udp %v, tcp %v", u.err, c.err)
+	}
+	// UDP goodput is payload: a 1472-byte datagram is 1500 IP bytes.
+	a := u.r.UDPGoodput / 100e6
+	b := c.r.Goodput / 900e6
+	t.Logf("/p/a UDP %.1f Mbit/s (%.3f of 100mbit), offered %.0f; /p/b TCP %.1f Mbit/s (%.3f of the 900 left)",
+		u.r.UDPGoodput/1e6, a, u.r.UDPOffered/1e6, c.r.Goodput/1e6, b)
+	if a < 0.80 || a > 1.03 {
+		t.Errorf("/p/a delivered %.3f of its 100mbit limit, want [0.80, 1.03]", a)
+	}
+	if b < 0.70 || b > 1.03 {
+		t.Errorf("/p/b delivered %.3f of the 900 Mbit/s its parent leaves, want [0.70, 1.03]", b)
+	}
+}
