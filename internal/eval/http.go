@@ -23,8 +23,10 @@ import (
 
 // The http flows: a real web server (nginx, from the distribution) in the
 // limited group, started by the eval like the workload servers, and a real
-// load generator on the other host: wrk for keep-alive connections, ab for
-// a new connection per request (ab's latency includes the connect).
+// load generator on the other host: wrk, with keep-alive connections or a
+// new connection per request (Connection: close; its latency then excludes
+// the connect), or ab (client: ab; a new connection per request, connect
+// included, but CPU-bound below 1 Gbit/s of 10 KB responses on 2 cores).
 
 // httpTools are the programs an http flow needs: nginx, and wrk or ab.
 func httpTools(s *Scenario) []string {
@@ -43,10 +45,21 @@ func httpTools(s *Scenario) []string {
 }
 
 func httpClientTool(fl *Flow) string {
-	if fl.Keepalive {
-		return "wrk"
+	if fl.Client == "ab" {
+		return "ab"
 	}
-	return "ab"
+	return "wrk"
+}
+
+// httpClientName names the load generator and its connections in results.
+func httpClientName(fl *Flow) string {
+	switch {
+	case fl.Client == "ab":
+		return "ab"
+	case fl.Keepalive:
+		return "wrk keep-alive"
+	}
+	return "wrk close"
 }
 
 // missingHTTPTools says which of s's http programs are not installed ("" if
@@ -277,11 +290,15 @@ type httpClient struct {
 // httpArgs is the command of a load generator run of secs seconds.
 func httpArgs(fl *Flow, url string, secs int) []string {
 	n := strconv.Itoa(fl.Count)
-	if fl.Keepalive {
+	if fl.Client != "ab" {
 		// --timeout: a response slower than this would be counted as a
 		// timeout and left out of the latencies.
-		return []string{"wrk", "-t", strconv.Itoa(min(2, fl.Count)), "-c", n, "-d", strconv.Itoa(secs) + "s",
-			"--timeout", strconv.Itoa(secs+30) + "s", "--latency", url}
+		a := []string{"wrk", "-t", strconv.Itoa(min(2, fl.Count)), "-c", n, "-d", strconv.Itoa(secs) + "s",
+			"--timeout", strconv.Itoa(secs+30) + "s", "--latency"}
+		if !fl.Keepalive {
+			a = append(a, "-H", "Connection: close")
+		}
+		return append(a, url)
 	}
 	// -n above what ab reaches in secs (about 20k/s here): -t ends it. -r:
 	// a receive error is counted, not fatal. -s: an idle socket's timeout,
@@ -478,7 +495,7 @@ func parseAB(out string) (*httpResult, error) {
 func httpClass(s *Scenario, fl *Flow, hr *httpResult, retrans uint64) result.Class {
 	cl := result.Class{Name: fl.Name, Group: s.ClassGroup(fl), Kind: "http", SizeBytes: fl.SizeBytes, Flows: fl.Count,
 		RPCs: hr.Requests, ReqPerSec: hr.ReqPerSec, HTTPErrors: hr.Errors + hr.Non2xx, Retransmits: retrans,
-		HTTPClient: httpClientTool(fl)}
+		HTTPClient: httpClientName(fl)}
 	if hr.Seconds > 0 {
 		cl.GoodputBps = hr.Bytes * 8 / hr.Seconds
 	}

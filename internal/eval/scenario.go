@@ -138,13 +138,16 @@ type Flow struct {
 	// Sizes makes an http flow's response size a dimension of the run
 	// matrix, outside its counts: one run per size (and count).
 	Sizes []string `yaml:"sizes"`
-	// Keepalive: an http flow's clients keep their connections (wrk);
-	// false, a new connection per request (ab).
-	Keepalive bool      `yaml:"keepalive"`
-	CC        string    `yaml:"cc"`   // overrides the run's congestion control
-	Nice      int       `yaml:"nice"` // the client processes' CPU priority (nice(1), -20 to 19)
-	From      StringSet `yaml:"from"` // cgroup or host names
-	To        string    `yaml:"to"`   // host or cgroup name
+	// Keepalive: an http flow's clients keep their connections; false, a
+	// new connection per request.
+	Keepalive bool `yaml:"keepalive"`
+	// Client is an http flow's load generator: wrk (default) or ab (a new
+	// connection per request only; its latency includes the connect).
+	Client string    `yaml:"client"`
+	CC     string    `yaml:"cc"`   // overrides the run's congestion control
+	Nice   int       `yaml:"nice"` // the client processes' CPU priority (nice(1), -20 to 19)
+	From   StringSet `yaml:"from"` // cgroup or host names
+	To     string    `yaml:"to"`   // host or cgroup name
 
 	SizeBytes, ReplyBytes int    `yaml:"-"`
 	RateBps               uint64 `yaml:"-"`
@@ -622,6 +625,9 @@ func (s *Scenario) validate() error {
 			if len(fl.Sizes) > 0 {
 				return ferr(f+".sizes", "only an http flow has sizes (one run per response size)")
 			}
+			if fl.Client != "" {
+				return ferr(f+".client", "only an http flow has a client (wrk or ab)")
+			}
 		}
 		switch fl.Kind {
 		case "udp":
@@ -668,6 +674,15 @@ func (s *Scenario) validate() error {
 		case "http":
 			if fl.Reply != "" {
 				return ferr(f+".reply", "an http flow has no reply size: its size is the response's body (the request is a GET)")
+			}
+			switch fl.Client {
+			case "", "wrk":
+			case "ab":
+				if fl.Keepalive {
+					return ferr(f+".client", "ab runs here with a new connection per request: keep-alive connections take wrk")
+				}
+			default:
+				return ferr(f+".client", "unknown load generator %q (wrk or ab)", fl.Client)
 			}
 			if fl.CC != "" {
 				return ferr(f+".cc", "an http flow's server sends with the run's congestion control (its namespace's default): no cc of its own")

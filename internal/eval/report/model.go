@@ -377,7 +377,7 @@ func (s *scenario) tables() []table {
 		}
 	}
 
-	wt := table{Title: "HTTP (requests as the load generator counts them: wrk with keep-alive connections; ab with a new connection per request, connect included, in whole ms)", Header: s.leadHeader()}
+	wt := table{Title: "HTTP (requests as the load generator counts them: wrk from the request's send, connect excluded; ab connect included, in whole ms)", Header: s.leadHeader()}
 	for _, k := range s.WebClasses {
 		wt.Header = append(wt.Header, k+" client", k+" requests", k+" req/s", k+" P50", k+" P90", k+" P99", k+" max", k+" errors")
 	}

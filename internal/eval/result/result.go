@@ -149,10 +149,12 @@ type Class struct {
 	// HTTP classes (a web server in the group, a load generator on the
 	// other host): RPCs are the completed requests, ReqPerSec their rate as
 	// the client reports it, HTTPErrors the failed requests and responses
-	// other than 2xx (wrk: 2xx or 3xx), HTTPClient the load generator (wrk:
-	// keep-alive connections; ab: a new connection per request, its latency
-	// including the connect, in whole milliseconds). GoodputBps is what the
-	// client read, headers included; Latency has no P99.9 (0).
+	// other than 2xx (wrk: 2xx or 3xx), HTTPClient the load generator and
+	// its connections ("wrk keep-alive"; "wrk close": a new connection per
+	// request, its latency from the request's send, the connect excluded;
+	// "ab": a new connection per request, its latency including the
+	// connect, in whole milliseconds). GoodputBps is what the client read,
+	// headers included; Latency has no P99.9 (0).
 	ReqPerSec  float64 `json:"requests_per_s,omitempty"`
 	HTTPErrors uint64  `json:"http_errors,omitempty"`
 	HTTPClient string  `json:"http_client,omitempty"`
