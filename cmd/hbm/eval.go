@@ -17,6 +17,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/eval"
 	"github.com/hbm-dev/hbm/internal/eval/report"
+	"github.com/hbm-dev/hbm/internal/workload"
 )
 
 func init() { commands = append(commands, newEvalCmd) }
@@ -29,6 +30,7 @@ type evalFlags struct {
 	duration, warmup time.Duration
 	runs             int
 	counts           []int
+	sizes            []string
 }
 
 func newEvalCmd() *cobra.Command {
@@ -52,6 +54,7 @@ The benchmarks are these scenarios (make bench). Needs root.`,
   hbm eval egress-200m --quick
   hbm eval egress-1g incast --cc cubic,dctcp --limiter hbm,none --out /tmp/ev
   hbm eval many-flows-200m --runs 3 --limiter hbm,htb,none
+  hbm eval web-new-200m --sizes 100KB --counts 32 --limiter hbm,htb
   hbm eval ./my-scenario.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.list {
@@ -68,6 +71,7 @@ The benchmarks are these scenarios (make bench). Needs root.`,
 	fl.DurationVar(&f.duration, "duration", 0, "measurement window per run instead of the scenarios'")
 	fl.DurationVar(&f.warmup, "warmup", 0, "warm-up per run instead of the scenarios'")
 	fl.IntSliceVar(&f.counts, "counts", nil, "flow counts to run instead of the scenarios' counts lists (e.g. 16 or 1,64)")
+	fl.StringSliceVar(&f.sizes, "sizes", nil, "response sizes to run instead of the http scenarios' sizes lists (e.g. 100KB or 10KB,1MB)")
 	fl.IntVar(&f.runs, "runs", 1, "repeat every run N times and report medians with min-max (benchmarks: at least 3)")
 	fl.BoolVar(&f.list, "list", false, "list the built-in scenarios and exit")
 	fl.BoolVar(&f.capture, "capture", false, "keep a capture of each run's window (on the first flow's sender, headers only, at most 64 MB) in DIR/captures and chart it per round trip in report.html (see hbm analyze)")
@@ -117,6 +121,14 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 			return usagef("--counts: %d out of range 1..%d", n, eval.MaxCount)
 		}
 	}
+	var sizes []int
+	for _, v := range f.sizes {
+		n, err := workload.ParseSize(v)
+		if err != nil || n < 1 || n > eval.MaxHTTPSize {
+			return usagef("--sizes: bad size %q: 1 byte to 64MB, e.g. 100KB or 10MB", v)
+		}
+		sizes = append(sizes, n)
+	}
 	scens, err := eval.Load(args)
 	if err != nil {
 		return usageError{err}
@@ -146,7 +158,7 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	ctx, cancel := signalContext()
 	defer cancel()
 	return evalAndReport(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), scens, eval.Options{
-		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup, Runs: f.runs, Counts: f.counts,
+		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup, Runs: f.runs, Counts: f.counts, Sizes: sizes,
 		Log: cmd.ErrOrStderr(), Command: os.Args, Version: version, CaptureDir: captureDir,
 	}, out)
 }

@@ -284,3 +284,81 @@ func TestEvalManyFlows(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalHTTP runs web-new-200m's quick cell (nginx in the group limited
+// to 200 Mbit/s, 32 wrk clients each with a new connection per 100 KB
+// request) with hbm, and checks the figures exist and are sane: requests
+// completed, their latency parsed, the server's wire rate within 0.3-1.5 of
+// the limit, nginx and its directory gone afterwards.
+func TestEvalHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: needs root, namespaces and BPF")
+	}
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "ip")
+	for _, tool := range []string{"nginx", "wrk"} {
+		if _, err := execLookPath(tool); err != nil {
+			testutil.Missing(t, tool, err)
+		}
+	}
+	bin := testutil.HBMBinary(t)
+	if _, err := cgroup.Mount(); err != nil {
+		testutil.Missing(t, "cgroup2", err)
+	}
+	scens, err := Load([]string{"web-new-200m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpBefore, _ := filepath.Glob(filepath.Join(os.TempDir(), "hbm-eval-nginx-*"))
+	before := netlab.Objects()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var log strings.Builder
+	res, err := Run(ctx, scens, Options{Bin: bin, Quick: true, Limiters: []string{"hbm"}, Log: &log})
+	t.Logf("eval:\n%s", log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(res.Runs))
+	}
+	run := res.Runs[0]
+	if run.Skipped != "" || run.Error != "" {
+		t.Fatalf("skipped %q error %q", run.Skipped, run.Error)
+	}
+	if run.Variant != "http-100KB=32" || run.DurationSec < 2 || run.DurationSec > 5 {
+		t.Errorf("variant %q window %.2fs, want http-100KB=32 and about 3s", run.Variant, run.DurationSec)
+	}
+	if len(run.Groups) != 1 || len(run.Classes) != 1 {
+		t.Fatalf("%d groups %d classes, want 1 and 1", len(run.Groups), len(run.Classes))
+	}
+	g, c := run.Groups[0], run.Classes[0]
+	t.Logf("group %+v", g)
+	t.Logf("class %+v latency %+v", c, c.Latency)
+	if g.Name != "web" || g.Dir != "egress" || g.LimitBps != 200e6 {
+		t.Errorf("group %+v", g)
+	}
+	if g.Share < 0.3 || g.Share > 1.5 {
+		t.Errorf("wire share %.3f of the limit, want 0.3..1.5", g.Share)
+	}
+	if c.Kind != "http" || c.Name != "http" || c.SizeBytes != 100<<10 || c.Flows != 32 || c.HTTPClient != "wrk close" {
+		t.Errorf("class %+v", c)
+	}
+	if c.RPCs <= 0 || c.ReqPerSec <= 0 || c.GoodputBps <= 0 {
+		t.Errorf("requests %d (%.1f/s), goodput %.0f", c.RPCs, c.ReqPerSec, c.GoodputBps)
+	}
+	if l := c.Latency; l == nil || l.Count != c.RPCs || l.P50 <= 0 || l.P99 < l.P50 || l.Max < l.P99 {
+		t.Errorf("latency %+v", l)
+	}
+	// 100 KB at 200 Mbit/s is 4 ms on the wire: 32 at a time, about 130 ms.
+	if l := c.Latency; l != nil && (l.P50 < 1000 || l.P50 > 5e6) {
+		t.Errorf("P50 %.0fus, want 1ms..5s", l.P50)
+	}
+	assertClean(t, before)
+	tmpAfter, _ := filepath.Glob(filepath.Join(os.TempDir(), "hbm-eval-nginx-*"))
+	for _, d := range tmpAfter {
+		if !slices.Contains(tmpBefore, d) {
+			t.Errorf("%s left behind", d)
+		}
+	}
+}

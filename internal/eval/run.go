@@ -47,6 +47,10 @@ type Options struct {
 	// Counts, when set, replaces the list of every scenario's counts flow
 	// (scenarios without one are unaffected).
 	Counts []int
+	// Sizes, when set, replaces the response sizes (bytes) of every
+	// scenario's http flow with sizes (scenarios without one are
+	// unaffected).
+	Sizes []int
 	// Runs repeats every run this many times (0 or 1: once); the results
 	// then hold the medians, the spread and every repetition
 	// (result.Aggregate).
@@ -122,14 +126,20 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 	var plans []plan
 	for _, s := range scens {
 		p := plan{s: s, ccs: s.CCs, lims: s.Limiters, duration: s.DurationD, warmup: s.WarmupD}
-		var counts []int
+		var counts, sizes []int
 		if o.Quick && len(s.Quick.Counts) > 0 {
 			counts = s.Quick.Counts
+		}
+		if o.Quick && len(s.Quick.SizesBytes) > 0 {
+			sizes = s.Quick.SizesBytes
 		}
 		if len(o.Counts) > 0 {
 			counts = o.Counts
 		}
-		p.variants = s.VariantsWith(counts)
+		if len(o.Sizes) > 0 {
+			sizes = o.Sizes
+		}
+		p.variants = s.VariantsWith(counts, sizes)
 		if o.Quick {
 			p.duration, p.warmup = s.Quick.DurationD, s.Quick.WarmupD
 			if len(s.Quick.CCs) > 0 {
@@ -224,9 +234,13 @@ func (r *runner) reps() int { return max(r.o.Runs, 1) }
 // endpoint is a workload server: the destination of the flows of one source
 // group (so each source group has ports of its own, which the tc limiters
 // classify on).
+//
+// An http flow's endpoint is its web server's instead: nginx listening on
+// port in src (the flow's server group), answering the load generator on to.
 type endpoint struct {
 	to, src string // destination and source cgroup-or-host names
 	port    int
+	http    bool
 }
 
 // scenario builds s's topology and runs its matrix.
@@ -244,6 +258,18 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, 
 		r.logf("%s: %v", s.Name, err)
 		return runs
 	}
+	if why := missingHTTPTools(s); why != "" {
+		for _, v := range variants {
+			for _, cc := range ccs {
+				for _, l := range lims {
+					runs = append(runs, result.Run{Scenario: s.Name, Variant: v.Label, CC: cc, Limiter: l, Skipped: why})
+					r.done += r.reps()
+				}
+			}
+		}
+		r.logf("%s: skipped: %s", s.Name, why)
+		return runs
+	}
 	r.logf("%s: building %d hosts, %d links (%s)", s.Name, len(s.Hosts), len(s.Links), s.Description)
 	t, err := buildTopology(s, r.o.Bin)
 	if err != nil {
@@ -255,7 +281,13 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, 
 		}
 	}()
 	var eps []*endpoint
-	for _, fl := range s.Flows {
+	webEP := map[int]*endpoint{} // http flow index -> its web server's endpoint
+	for i, fl := range s.Flows {
+		if fl.Kind == "http" {
+			webEP[i] = &endpoint{to: fl.To, src: fl.From[0], port: firstPort + len(eps), http: true}
+			eps = append(eps, webEP[i])
+			continue
+		}
 		for _, src := range fl.From {
 			if findEndpoint(eps, fl.To, s.groupOf(src)) == nil {
 				eps = append(eps, &endpoint{to: fl.To, src: s.groupOf(src), port: firstPort + len(eps)})
@@ -263,8 +295,21 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, 
 		}
 	}
 	for _, ep := range eps {
+		if ep.http {
+			continue
+		}
 		if err := t.startServer(s.HostOf(ep.to), ep.to, ep.port); err != nil {
 			return fail(err)
+		}
+	}
+	for i := range s.Flows {
+		if ep := webEP[i]; ep != nil {
+			w, err := t.startWeb(&s.Flows[i], ep, httpSizes(s, i, variants))
+			if err != nil {
+				return fail(err)
+			}
+			defer w.close()
+			t.web = append(t.web, w)
 		}
 	}
 	var notes []string
@@ -286,9 +331,12 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, 
 	// that drift on the machine spreads over all of them alike.
 	for _, v := range variants {
 		if v.Flow >= 0 {
-			orig := s.Flows[v.Flow].Count
+			orig, origSize := s.Flows[v.Flow].Count, s.Flows[v.Flow].SizeBytes
 			s.Flows[v.Flow].Count = v.Count
-			defer func() { s.Flows[v.Flow].Count = orig }()
+			if v.Size > 0 {
+				s.Flows[v.Flow].SizeBytes = v.Size
+			}
+			defer func() { s.Flows[v.Flow].Count, s.Flows[v.Flow].SizeBytes = orig, origSize }()
 		}
 		for _, cc := range ccs {
 			reps := make([][]result.Run, len(lims))
@@ -335,7 +383,7 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, 
 
 func findEndpoint(eps []*endpoint, to, src string) *endpoint {
 	for _, e := range eps {
-		if e.to == to && e.src == src {
+		if e.to == to && e.src == src && !e.http {
 			return e
 		}
 	}
@@ -582,6 +630,25 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		run.Error = err.Error()
 		return run
 	}
+	// A web server sends with its routes' congestion control (nginx sets
+	// none, and a child namespace may make only the allowed ones its
+	// default); wrk and ab take whole seconds.
+	for _, w := range t.web {
+		if err := t.lab.RouteCC(w.host, base); err != nil {
+			run.Error = err.Error()
+			return run
+		}
+	}
+	if len(t.web) > 0 {
+		d, wu := time.Duration(httpSeconds(dur))*time.Second, time.Duration(0)
+		if warm > 0 {
+			wu = time.Duration(httpSeconds(warm)) * time.Second
+		}
+		if d != dur || wu != warm {
+			run.Notes = append(run.Notes, fmt.Sprintf("http clients take whole seconds: window %v, warm-up %v", d, wu))
+		}
+		dur, warm = d, wu
+	}
 	limr, err := r.limiterFor(lim)
 	if err != nil {
 		run.Error = err.Error()
@@ -608,15 +675,35 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		return base
 	}
 	life := warm + dur + 60*time.Second
-	cs, err := t.startClients(ctx, eps, ccOf, life, nil)
+	cs, err := t.startClients(ctx, eps, ccOf, life, func(fl *Flow, _ string) bool { return fl.Kind != "http" })
 	if err != nil {
 		run.Error = err.Error()
 		return run
 	}
 	defer stopAll(cs)
+	// The http clients warm up in a run of their own (wrk and ab measure
+	// from their start), then measure in another, over the window.
+	var warmHTTP, hcs []*httpClient
+	defer func() { stopHTTP(warmHTTP); stopHTTP(hcs) }()
+	if warm > 0 {
+		for _, w := range t.web {
+			c, err := t.startHTTPClient(w, httpSeconds(warm))
+			if err != nil {
+				run.Error = err.Error()
+				return run
+			}
+			warmHTTP = append(warmHTTP, c)
+		}
+	}
 	if err := workload.SleepCtx(ctx, warm); err != nil {
 		run.Error = err.Error()
 		return run
+	}
+	for _, c := range warmHTTP {
+		if _, err := c.wait(ctx); err != nil {
+			run.Error = "warm-up: " + err.Error()
+			return run
+		}
 	}
 
 	// Before the window.
@@ -652,18 +739,66 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 			*at = time.Now()
 		}
 	}
-	results, err := window(ctx, cs, dur, readTx(tx0, &tx0At), readTx(tx1, &tx1At))
+	// The web servers' hosts' retransmissions (nstat's TcpRetransSegs).
+	rtx0, rtx1 := map[string]uint64{}, map[string]uint64{}
+	readRetrans := func(into map[string]uint64) {
+		for _, w := range t.web {
+			if n, err := retransSegs(t.lab.Host(w.host).NS); err == nil {
+				into[w.host] = n
+			}
+		}
+	}
+	var herr error
+	begin := func() {
+		readTx(tx0, &tx0At)()
+		readRetrans(rtx0)
+		for _, w := range t.web {
+			c, err := t.startHTTPClient(w, httpSeconds(dur))
+			if err != nil {
+				herr = err
+				break
+			}
+			hcs = append(hcs, c)
+		}
+	}
+	end := func() {
+		readTx(tx1, &tx1At)()
+		readRetrans(rtx1)
+	}
+	results, err := window(ctx, cs, dur, begin, end)
 	stopCapture()
 	t1 := time.Now()
 	cpu1 := netlab.ReadCPU()
 	prog1 := readProgStats(r.o.PinDir)
 	stopSampling()
+	// The http clients end on their own a few ms after the window.
+	httpRes := map[*Flow]*httpResult{}
+	if err == nil {
+		err = herr
+	}
+	for _, c := range hcs {
+		if err != nil {
+			break
+		}
+		var hr *httpResult
+		if hr, err = c.wait(ctx); err == nil {
+			httpRes[c.w.fl] = hr
+		}
+	}
 	if err != nil {
 		run.Error = err.Error()
 		return run
 	}
 	wall := t1.Sub(t0).Seconds()
-	run.DurationSec = results[0].Duration
+	if len(results) > 0 {
+		run.DurationSec = results[0].Duration
+	} else {
+		run.DurationSec = tx1At.Sub(tx0At).Seconds()
+		for _, hr := range httpRes {
+			run.DurationSec = hr.Seconds
+			break
+		}
+	}
 	run.CPU = cpuBetween(cpu0, cpu1)
 	for _, q := range shapedQ {
 		after, err := readQdisc(q.ns, q.dev)
@@ -698,6 +833,31 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	var groupOrder []string
 	for i := range s.Flows {
 		fl := &s.Flows[i]
+		if fl.Kind == "http" {
+			host := s.HostOf(fl.From[0])
+			hr := httpRes[fl]
+			if hr == nil {
+				run.Error = fl.Name + ": no report from its client"
+				return run
+			}
+			a, okA := rtx0[host]
+			b, okB := rtx1[host]
+			var retrans uint64
+			if okA && okB {
+				retrans = b - a
+			} else {
+				run.Notes = append(run.Notes, fmt.Sprintf("%s: retransmissions of %s unreadable", fl.Name, host))
+			}
+			cl := httpClass(s, fl, hr, retrans)
+			if cl.HTTPErrors > 0 && len(run.Notes) < 20 {
+				run.Notes = append(run.Notes, fmt.Sprintf("%s: %d failed requests or responses other than 2xx (%s)", fl.Name, cl.HTTPErrors, cl.HTTPClient))
+			}
+			run.Classes = append(run.Classes, cl)
+			if !slices.Contains(groupOrder, cl.Group) {
+				groupOrder = append(groupOrder, cl.Group)
+			}
+			continue
+		}
 		rs := bySrc[fl]
 		cl := result.Class{Name: fl.Name, Group: s.ClassGroup(fl), Kind: fl.Kind, Flows: fl.Count * len(fl.From)}
 		if fl.Kind == "rpc" || fl.Kind == "udp" {
@@ -939,8 +1099,18 @@ func runLine(run *result.Run) string {
 		parts = append(parts, p)
 	}
 	for _, c := range run.Classes {
-		if c.Latency != nil && c.SizeBytes <= 16<<10 {
+		if c.Kind == "rpc" && c.Latency != nil && c.SizeBytes <= 16<<10 {
 			parts = append(parts, fmt.Sprintf("%s %s P50 %s P99 %s", c.Group, c.Name, fmtUs(c.Latency.P50), fmtUs(c.Latency.P99)))
+		}
+		if c.Kind == "http" {
+			p := fmt.Sprintf("%s %s %s %.0f req/s", c.Group, c.Name, c.HTTPClient, c.ReqPerSec)
+			if c.Latency != nil {
+				p += fmt.Sprintf(" P50 %s P99 %s", fmtUs(c.Latency.P50), fmtUs(c.Latency.P99))
+			}
+			if c.HTTPErrors > 0 {
+				p += fmt.Sprintf(" errors %d", c.HTTPErrors)
+			}
+			parts = append(parts, p)
 		}
 		if c.Kind == "udp" {
 			p := fmt.Sprintf("%s %s offered %s sent %s received %s, %d send errors", c.Group, c.Name, fmtBps(c.OfferedBps), fmtBps(c.SentBps), fmtBps(c.GoodputBps), c.SendErrors)

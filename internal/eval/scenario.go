@@ -73,6 +73,9 @@ type Quick struct {
 	CCs      []string `yaml:"ccs"`
 	Limiters []string `yaml:"limiters"`
 	Counts   []int    `yaml:"counts"` // replaces the counts flow's list
+	Sizes    []string `yaml:"sizes"`  // replaces the sizes flow's list (http)
+
+	SizesBytes []int `yaml:"-"`
 
 	DurationD, WarmupD time.Duration `yaml:"-"`
 }
@@ -117,16 +120,30 @@ type Cgroup struct {
 
 // Flow is a class of traffic: count connections of one kind and size from a
 // cgroup (or a host) to a host (or a cgroup).
+//
+// An http flow turns the roles around: From is the one group whose web
+// server (nginx) answers, To the host (or cgroup) whose load generator (wrk
+// or ab) asks with Count concurrent clients; the data, the responses, flow
+// from From to To as in the other kinds.
 type Flow struct {
 	Name  string `yaml:"name"`
-	Kind  string `yaml:"kind"`  // rpc, stream or udp
-	Size  string `yaml:"size"`  // rpc request size; udp datagram payload (default 1472)
+	Kind  string `yaml:"kind"`  // rpc, stream, udp or http
+	Size  string `yaml:"size"`  // rpc request size; udp datagram payload (default 1472); http response body
 	Reply string `yaml:"reply"` // rpc reply size (default 64)
 	Rate  string `yaml:"rate"`  // udp: offered payload rate per source, all its sockets
 	Count int    `yaml:"count"` // connections (udp: sockets) per source (default 1)
 	// Counts makes the flow's count a dimension of the run matrix: the
 	// scenario runs once per value (at most one flow has counts).
-	Counts []int     `yaml:"counts"`
+	Counts []int `yaml:"counts"`
+	// Sizes makes an http flow's response size a dimension of the run
+	// matrix, outside its counts: one run per size (and count).
+	Sizes []string `yaml:"sizes"`
+	// Keepalive: an http flow's clients keep their connections; false, a
+	// new connection per request.
+	Keepalive bool `yaml:"keepalive"`
+	// Client is an http flow's load generator: wrk (default) or ab (a new
+	// connection per request only; its latency includes the connect).
+	Client string    `yaml:"client"`
 	CC     string    `yaml:"cc"`   // overrides the run's congestion control
 	Nice   int       `yaml:"nice"` // the client processes' CPU priority (nice(1), -20 to 19)
 	From   StringSet `yaml:"from"` // cgroup or host names
@@ -134,39 +151,65 @@ type Flow struct {
 
 	SizeBytes, ReplyBytes int    `yaml:"-"`
 	RateBps               uint64 `yaml:"-"`
+	SizesBytes            []int  `yaml:"-"`
 }
 
 // MaxCount bounds a flow's connections per source (one client process holds
 // them all).
 const MaxCount = 1024
 
-// Variant is one value of a scenario's counts dimension: flow Flow runs
-// Count connections per source. A scenario without counts has one variant,
-// Flow -1 and an empty label.
+// MaxHTTPSize bounds an http flow's response size (the file nginx serves is
+// written to a temporary directory).
+const MaxHTTPSize = 64 << 20
+
+// Variant is one value of a scenario's counts (and, for an http flow,
+// sizes) dimension: flow Flow runs Count connections per source, and Size
+// bytes per response if Size > 0. A scenario without either has one
+// variant, Flow -1 and an empty label.
 type Variant struct {
-	Label string // "NAME=COUNT", e.g. "stream=16"
+	Label string // "NAME=COUNT", e.g. "stream=16"; with sizes "NAME-SIZE=COUNT", e.g. "http-100KB=32"
 	Flow  int
 	Count int
+	Size  int // 0: the flow's own
 }
 
-// Variants lists the scenario's variants in the order of its counts.
-func (s *Scenario) Variants() []Variant { return s.VariantsWith(nil) }
+// Variants lists the scenario's variants: its sizes (outermost), then its
+// counts, in their order.
+func (s *Scenario) Variants() []Variant { return s.VariantsWith(nil, nil) }
 
-// VariantsWith lists the variants with counts instead of the scenario's
-// list (nil: the scenario's). A scenario without a counts flow has its one
-// variant whatever counts says.
-func (s *Scenario) VariantsWith(counts []int) []Variant {
+// VariantsWith lists the variants with counts and sizes (bytes) instead of
+// the scenario's lists (nil: the scenario's). counts replaces the list of
+// the flow with counts or sizes (its count alone when it has only sizes);
+// sizes that of the flow with sizes. A scenario without such a flow has
+// its one variant whatever they say.
+func (s *Scenario) VariantsWith(counts, sizes []int) []Variant {
 	for i, fl := range s.Flows {
-		if len(fl.Counts) > 0 {
-			if counts == nil {
-				counts = fl.Counts
+		if len(fl.Counts) == 0 && len(fl.SizesBytes) == 0 {
+			continue
+		}
+		if counts == nil {
+			counts = fl.Counts
+			if len(counts) == 0 {
+				counts = []int{fl.Count}
 			}
+		}
+		if len(fl.SizesBytes) == 0 {
 			var out []Variant
 			for _, n := range counts {
 				out = append(out, Variant{Label: fmt.Sprintf("%s=%d", fl.Name, n), Flow: i, Count: n})
 			}
 			return out
 		}
+		if sizes == nil {
+			sizes = fl.SizesBytes
+		}
+		var out []Variant
+		for _, sz := range sizes {
+			for _, n := range counts {
+				out = append(out, Variant{Label: fmt.Sprintf("%s-%s=%d", fl.Name, sizeName(sz), n), Flow: i, Count: n, Size: sz})
+			}
+		}
+		return out
 	}
 	return []Variant{{Flow: -1}}
 }
@@ -416,6 +459,9 @@ func (s *Scenario) validate() error {
 			return ferr(fmt.Sprintf("quick.counts[%d]", j), "%d out of range 1..%d", n, MaxCount)
 		}
 	}
+	if q.SizesBytes, err = parseHTTPSizes("quick.sizes", q.Sizes); err != nil {
+		return err
+	}
 
 	// Hosts, cgroups: one namespace of names.
 	if len(s.Hosts) == 0 {
@@ -572,6 +618,17 @@ func (s *Scenario) validate() error {
 		if fl.Rate != "" && fl.Kind != "udp" {
 			return ferr(f+".rate", "only a udp flow has a rate (a TCP flow's rate is its congestion control's)")
 		}
+		if fl.Kind != "http" {
+			if fl.Keepalive {
+				return ferr(f+".keepalive", "only an http flow has keepalive")
+			}
+			if len(fl.Sizes) > 0 {
+				return ferr(f+".sizes", "only an http flow has sizes (one run per response size)")
+			}
+			if fl.Client != "" {
+				return ferr(f+".client", "only an http flow has a client (wrk or ab)")
+			}
+		}
 		switch fl.Kind {
 		case "udp":
 			if fl.Reply != "" {
@@ -614,19 +671,61 @@ func (s *Scenario) validate() error {
 			if fl.Size != "" || fl.Reply != "" {
 				return ferr(f+".size", "a stream has no size")
 			}
+		case "http":
+			if fl.Reply != "" {
+				return ferr(f+".reply", "an http flow has no reply size: its size is the response's body (the request is a GET)")
+			}
+			switch fl.Client {
+			case "", "wrk":
+			case "ab":
+				if fl.Keepalive {
+					return ferr(f+".client", "ab runs here with a new connection per request: keep-alive connections take wrk")
+				}
+			default:
+				return ferr(f+".client", "unknown load generator %q (wrk or ab)", fl.Client)
+			}
+			if fl.CC != "" {
+				return ferr(f+".cc", "an http flow's server sends with the run's congestion control (its namespace's default): no cc of its own")
+			}
+			switch {
+			case fl.Size != "" && len(fl.Sizes) > 0:
+				return ferr(f+".sizes", "size and sizes both set: sizes runs the scenario once per value")
+			case fl.Size != "":
+				sz, err := parseHTTPSizes(f+".size", []string{fl.Size})
+				if err != nil {
+					return err
+				}
+				fl.SizeBytes = sz[0]
+			case len(fl.Sizes) > 0:
+				if fl.SizesBytes, err = parseHTTPSizes(f+".sizes", fl.Sizes); err != nil {
+					return err
+				}
+				fl.SizeBytes = fl.SizesBytes[0]
+			default:
+				return ferr(f+".size", "an http flow needs a response size (e.g. size: 100KB) or a list of them (sizes: [10KB, 1MB])")
+			}
 		case "":
-			return ferr(f+".kind", "missing (rpc, stream or udp)")
+			return ferr(f+".kind", "missing (rpc, stream, udp or http)")
 		default:
-			return ferr(f+".kind", "unknown kind %q (rpc, stream or udp)", fl.Kind)
+			return ferr(f+".kind", "unknown kind %q (rpc, stream, udp or http)", fl.Kind)
+		}
+		if len(fl.Counts) > 0 || len(fl.SizesBytes) > 0 {
+			dim := "counts"
+			if len(fl.Counts) == 0 {
+				dim = "sizes"
+			}
+			for j := 0; j < i; j++ {
+				if len(s.Flows[j].Counts) > 0 {
+					return ferr(f+"."+dim, "flows[%d] has counts already: at most one flow's count (and size) is a dimension", j)
+				}
+				if len(s.Flows[j].SizesBytes) > 0 {
+					return ferr(f+"."+dim, "flows[%d] has sizes already: at most one flow's size (and count) is a dimension", j)
+				}
+			}
 		}
 		if len(fl.Counts) > 0 {
 			if fl.Count != 0 {
 				return ferr(f+".counts", "count and counts both set: counts runs the scenario once per value")
-			}
-			for j := 0; j < i; j++ {
-				if len(s.Flows[j].Counts) > 0 {
-					return ferr(f+".counts", "flows[%d] has counts already: at most one flow's count is a dimension", j)
-				}
 			}
 			for j, n := range fl.Counts {
 				if n < 1 || n > MaxCount {
@@ -651,6 +750,9 @@ func (s *Scenario) validate() error {
 		if len(fl.From) == 0 {
 			return ferr(f+".from", "missing (a cgroup or host name, or a list of them)")
 		}
+		if fl.Kind == "http" && len(fl.From) > 1 {
+			return ferr(f+".from", "an http flow has one server group (nginx runs in it), not a list")
+		}
 		if fl.To == "" {
 			return ferr(f+".to", "missing (a host or cgroup name)")
 		}
@@ -672,9 +774,18 @@ func (s *Scenario) validate() error {
 				return ferr(ff, "no link joins hosts %q and %q", hostOf[src], hostOf[fl.To])
 			}
 		}
+		if fl.Kind == "http" {
+			if c := cgByName[fl.From[0]]; c != nil && c.EgressAuto {
+				return ferr(f+".from", "group %q serves http and has egress auto (measured with workload streams): give it a rate", c.Name)
+			}
+		}
 		if fl.Name == "" {
-			switch fl.Kind {
-			case "rpc":
+			switch {
+			case fl.Kind == "http" && len(fl.SizesBytes) > 0:
+				fl.Name = "http"
+			case fl.Kind == "http":
+				fl.Name = "http-" + sizeName(fl.SizeBytes)
+			case fl.Kind == "rpc":
 				fl.Name = "rpc-" + sizeName(fl.SizeBytes)
 			default:
 				fl.Name = fl.Kind // stream, udp
@@ -683,6 +794,29 @@ func (s *Scenario) validate() error {
 	}
 	if len(s.Quick.Counts) > 0 && len(s.Variants()) == 1 && s.Variants()[0].Flow < 0 {
 		return ferr("quick.counts", "no flow has counts")
+	}
+	if len(s.Quick.SizesBytes) > 0 && !slices.ContainsFunc(s.Flows, func(fl Flow) bool { return len(fl.SizesBytes) > 0 }) {
+		return ferr("quick.sizes", "no flow has sizes")
+	}
+	// A web server's group is the only source on its host: the tc limiters
+	// put a group alone on its interface at the root, but classify groups
+	// sharing one by their servers' destination ports, which the responses
+	// of a web server (its source port) do not carry.
+	for i, fl := range s.Flows {
+		if fl.Kind != "http" {
+			continue
+		}
+		srv := fl.From[0]
+		for j, o := range s.Flows {
+			for _, src := range o.From {
+				if src != srv && hostOf[src] == hostOf[srv] {
+					return ferr(fmt.Sprintf("flows[%d].from", i), "the web server's group %q shares host %q with %q, the source of flows[%d]: an http server's group must be the only source on its host", srv, hostOf[srv], src, j)
+				}
+				if hostOf[src] == hostOf[srv] && o.CC != "" {
+					return ferr(fmt.Sprintf("flows[%d].cc", j), "host %q serves http: its routes carry the run's congestion control, which would override this flow's", hostOf[srv])
+				}
+			}
+		}
 	}
 	// Class names must be unique per group.
 	seen := map[string]int{}
@@ -695,6 +829,26 @@ func (s *Scenario) validate() error {
 	}
 	_ = cgByName
 	return nil
+}
+
+// parseHTTPSizes parses response sizes (1 byte to MaxHTTPSize, each once).
+func parseHTTPSizes(field string, sizes []string) ([]int, error) {
+	var out []int
+	for j, v := range sizes {
+		ff := field
+		if len(sizes) > 1 || strings.HasSuffix(field, "sizes") {
+			ff = fmt.Sprintf("%s[%d]", field, j)
+		}
+		n, err := workload.ParseSize(v)
+		if err != nil || n < 1 || n > MaxHTTPSize {
+			return nil, ferr(ff, "bad size %q: 1 byte to 64MB, e.g. 100KB or 10MB", v)
+		}
+		if slices.Contains(out, n) {
+			return nil, ferr(ff, "%s listed twice", v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func checkLists(prefix string, ccs, limiters []string) error {

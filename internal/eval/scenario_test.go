@@ -98,7 +98,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams incast-streams-prio incast-streams-shared rpc-alone-200m rpc-sep-200m"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams incast-streams-prio incast-streams-shared rpc-alone-200m rpc-sep-200m web-keepalive-1g web-keepalive-200m web-new-1g web-new-200m"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -128,7 +128,7 @@ func TestBuiltins(t *testing.T) {
 		if got := strings.Join(labels, " "); got != "stream=1 stream=4 stream=16 stream=64 stream=128" || mf.Cgroup("work").EgressBps != rate {
 			t.Errorf("%s: variants %q, limit %d", mf.Name, got, mf.Cgroup("work").EgressBps)
 		}
-		if len(mf.VariantsWith(mf.Quick.Counts)) != 3 || strings.Join(mf.Limiters, ",") != "hbm,htb,none" || len(mf.CCs) != 4 {
+		if len(mf.VariantsWith(mf.Quick.Counts, nil)) != 3 || strings.Join(mf.Limiters, ",") != "hbm,htb,none" || len(mf.CCs) != 4 {
 			t.Errorf("%s: quick counts %v, limiters %v, ccs %v", mf.Name, mf.Quick.Counts, mf.Limiters, mf.CCs)
 		}
 	}
@@ -198,7 +198,7 @@ func TestParseBad(t *testing.T) {
 		{"cgroup nice", edit("hbm_args: [--no-pace]", "hbm_args: [--no-pace]\n    nice: -21"), `cgroups[0].nice: -21: want -20 (highest priority) to 19`},
 		{"flow nice", edit("count: 2", "count: 2\n    nice: 20"), `flows[0].nice: 20: want -20 (highest priority) to 19`},
 		{"bad hbm arg", edit("hbm_args: [--no-pace]", "hbm_args: [--egress]"), `cgroups[0].hbm_args[0]`},
-		{"bad kind", edit("kind: rpc", "kind: quic"), `bad.yaml:18: flows[0].kind: unknown kind "quic" (rpc, stream or udp)`},
+		{"bad kind", edit("kind: rpc", "kind: quic"), `bad.yaml:18: flows[0].kind: unknown kind "quic" (rpc, stream, udp or http)`},
 		{"rpc without size", edit("    size: 10KB\n", ""), `flows[0].size: an rpc flow needs a request size`},
 		{"bad size", edit("size: 10KB", "size: 10QB"), `bad.yaml:19: flows[0].size: bad size "10QB"`},
 		{"stream with size", edit("{kind: stream,", "{kind: stream, size: 1MB,"), `flows[1].size: a stream has no size`},
@@ -292,7 +292,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 15 {
+	if err != nil || len(all) != 19 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }

@@ -16,6 +16,7 @@ type topology struct {
 	s   *Scenario
 	lab *netlab.Lab
 	bin string
+	web []*webServer // the http flows' servers, started with the scenario's
 }
 
 // labConfig is the netlab configuration of scenario s.

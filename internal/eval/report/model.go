@@ -19,6 +19,7 @@ type scenario struct {
 	Classes    []string      // class keys, first appearance first
 	RPCClasses []string      // the rpc ones, smallest first
 	UDPClasses []string
+	WebClasses []string // the http ones
 	Groups     []string
 	Variants   bool // some run has a variant (a counts dimension)
 	Wire       bool // some run has a group's interface rate (tx_bps)
@@ -85,6 +86,8 @@ func (s *scenario) index() {
 				size[k] = c.SizeBytes
 			case "udp":
 				s.UDPClasses = append(s.UDPClasses, k)
+			case "http":
+				s.WebClasses = append(s.WebClasses, k)
 			}
 		}
 		for _, g := range run.Groups {
@@ -295,13 +298,13 @@ func count(run *result.Run) counters {
 	return c
 }
 
-// smallestRPC is the run's rpc class with the fewest bytes (the 10 KB one
-// in the built-in scenarios), or nil.
+// smallestRPC is the run's rpc (or http) class with the fewest bytes (the
+// 10 KB one in the built-in scenarios), or nil.
 func smallestRPC(run *result.Run) *result.Class {
 	var best *result.Class
 	for i := range run.Classes {
 		c := &run.Classes[i]
-		if c.Kind == "rpc" && (best == nil || c.SizeBytes < best.SizeBytes) {
+		if (c.Kind == "rpc" || c.Kind == "http") && (best == nil || c.SizeBytes < best.SizeBytes) {
 			best = c
 		}
 	}
@@ -371,6 +374,17 @@ func (s *scenario) tables() []table {
 	for i := range ut.Num {
 		if i >= nl && (i-nl)%6 == 5 {
 			ut.Num[i] = false
+		}
+	}
+
+	wt := table{Title: "HTTP (requests as the load generator counts them: wrk from the request's send, connect excluded; ab connect included, in whole ms)", Header: s.leadHeader()}
+	for _, k := range s.WebClasses {
+		wt.Header = append(wt.Header, k+" client", k+" requests", k+" req/s", k+" P50", k+" P90", k+" P99", k+" max", k+" errors")
+	}
+	wt.Num = numCols(len(wt.Header), nl)
+	for i := range wt.Num {
+		if i >= nl && (i-nl)%8 == 0 {
+			wt.Num[i] = false
 		}
 	}
 
@@ -476,6 +490,32 @@ func (s *scenario) tables() []table {
 		}
 		ut.add(row...)
 
+		row = s.lead(run)
+		for _, k := range s.WebClasses {
+			c := s.class(run, k)
+			if c == nil {
+				row = append(row, dash, dash, dash, dash, dash, dash, dash, dash)
+				continue
+			}
+			counted := func(f func(*result.Class) float64) string {
+				return cell(run, s.classPick(k, f), func(v float64) string {
+					if math.IsNaN(v) {
+						return dash
+					}
+					return fmtCount(uint64(math.Round(v)))
+				})
+			}
+			row = append(row, c.HTTPClient,
+				counted(func(c *result.Class) float64 { return float64(c.RPCs) }),
+				cell(run, s.classPick(k, func(c *result.Class) float64 { return c.ReqPerSec }), fmtFloat),
+				cell(run, s.classPick(k, latPick(func(l *result.Latency) float64 { return l.P50 })), fmtDur),
+				cell(run, s.classPick(k, latPick(func(l *result.Latency) float64 { return l.P90 })), fmtDur),
+				cell(run, s.classPick(k, latPick(func(l *result.Latency) float64 { return l.P99 })), fmtDur),
+				cell(run, s.classPick(k, latPick(func(l *result.Latency) float64 { return l.Max })), fmtDur),
+				counted(func(c *result.Class) float64 { return float64(c.HTTPErrors) }))
+		}
+		wt.add(row...)
+
 		n := count(run)
 		bpf := []string{dash, dash, dash, dash}
 		if b := run.BPF; b != nil {
@@ -499,6 +539,9 @@ func (s *scenario) tables() []table {
 	}
 	if len(s.UDPClasses) > 0 {
 		out = append(out, ut)
+	}
+	if len(s.WebClasses) > 0 {
+		out = append(out, wt)
 	}
 	return append(out, lc)
 }

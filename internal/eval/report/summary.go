@@ -31,13 +31,14 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 	if p99 == "" {
 		p99 = "RPC"
 	}
-	var variants, wired, udp bool
+	var variants, wired, udp, web bool
 	for i := range r.Runs {
 		run := &r.Runs[i]
 		variants = variants || run.Variant != ""
 		wired = wired || !math.IsNaN(share(run))
 		for _, c := range run.Classes {
 			udp = udp || c.Kind == "udp"
+			web = web || c.Kind == "http"
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -65,6 +66,9 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 	head = append(head, "GOODPUT", "OF LIMIT")
 	if wired {
 		head = append(head, "WIRE SHARE")
+	}
+	if web {
+		head = append(head, "REQ/S")
 	}
 	head = append(head, strings.ToUpper(p99)+" P50", strings.ToUpper(p99)+" P99")
 	if udp {
@@ -103,6 +107,9 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 		if wired {
 			cells = append(cells, cell(run, share, fmtShare))
 		}
+		if web {
+			cells = append(cells, cell(run, reqPerSec, fmtFloat))
+		}
 		cells = append(cells, cell(run, small(func(l *result.Latency) float64 { return l.P50 }), fmtDur),
 			cell(run, small(func(l *result.Latency) float64 { return l.P99 }), fmtDur))
 		if udp {
@@ -125,6 +132,21 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 		}
 	}
 	return nil
+}
+
+// reqPerSec is the run's HTTP requests per second, NaN without http classes.
+func reqPerSec(run *result.Run) float64 {
+	sum, any := 0.0, false
+	for _, c := range run.Classes {
+		if c.Kind == "http" {
+			sum += c.ReqPerSec
+			any = true
+		}
+	}
+	if !any {
+		return math.NaN()
+	}
+	return sum
 }
 
 // udpErrors is the run's failed UDP sends, NaN without UDP classes.

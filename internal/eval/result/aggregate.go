@@ -121,7 +121,8 @@ func figures(run *Run) []figure {
 		cf("rtt_max_us", false, always(func(c *Class) float64 { return c.RTTMaxUs }), func(c *Class, v float64) { c.RTTMaxUs = v })
 		cf("delivered_ce", false, always(func(c *Class) float64 { return float64(c.DeliveredCE) }), func(c *Class, v float64) { c.DeliveredCE = round(v) })
 		switch c.Kind {
-		case "rpc":
+		case "rpc", "http":
+			kind := c.Kind
 			cf("rpcs", false, always(func(c *Class) float64 { return float64(c.RPCs) }), func(c *Class, v float64) { c.RPCs = int64(round(v)) })
 			cf("inflight_max_us", false, always(func(c *Class) float64 { return c.InFlightMaxUs }), func(c *Class, v float64) { c.InFlightMaxUs = v })
 			lf := func(field string, headline bool, p func(*Latency) *float64) {
@@ -139,7 +140,9 @@ func figures(run *Run) []figure {
 			lf("p50_us", true, func(l *Latency) *float64 { return &l.P50 })
 			lf("p90_us", false, func(l *Latency) *float64 { return &l.P90 })
 			lf("p99_us", true, func(l *Latency) *float64 { return &l.P99 })
-			lf("p999_us", true, func(l *Latency) *float64 { return &l.P999 })
+			if kind == "rpc" { // wrk and ab give no P99.9
+				lf("p999_us", true, func(l *Latency) *float64 { return &l.P999 })
+			}
 			lf("max_us", false, func(l *Latency) *float64 { return &l.Max })
 			cf("latency_count", false, func(c *Class) (float64, bool) {
 				if c.Latency == nil {
@@ -151,6 +154,10 @@ func figures(run *Run) []figure {
 					c.Latency.Count = int64(round(v))
 				}
 			})
+			if kind == "http" {
+				cf("requests_per_s", true, always(func(c *Class) float64 { return c.ReqPerSec }), func(c *Class, v float64) { c.ReqPerSec = v })
+				cf("http_errors", true, always(func(c *Class) float64 { return float64(c.HTTPErrors) }), func(c *Class, v float64) { c.HTTPErrors = round(v) })
+			}
 		case "udp":
 			cf("offered_bps", true, always(func(c *Class) float64 { return c.OfferedBps }), func(c *Class, v float64) { c.OfferedBps = v })
 			cf("sent_bps", true, always(func(c *Class) float64 { return c.SentBps }), func(c *Class, v float64) { c.SentBps = v })

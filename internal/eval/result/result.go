@@ -120,7 +120,7 @@ type Group struct {
 type Class struct {
 	Name       string  `json:"name"` // e.g. "rpc-10KB", "rpc-1MB", "stream"
 	Group      string  `json:"group"`
-	Kind       string  `json:"kind"` // rpc, stream or udp
+	Kind       string  `json:"kind"` // rpc, stream, udp or http
 	SizeBytes  int     `json:"size_bytes,omitempty"`
 	Flows      int     `json:"flows"`
 	GoodputBps float64 `json:"goodput_bps"`
@@ -145,6 +145,19 @@ type Class struct {
 	SendErrors uint64  `json:"send_errors,omitempty"`
 	SendError  string  `json:"send_error,omitempty"`
 	Datagrams  uint64  `json:"datagrams,omitempty"`
+
+	// HTTP classes (a web server in the group, a load generator on the
+	// other host): RPCs are the completed requests, ReqPerSec their rate as
+	// the client reports it, HTTPErrors the failed requests and responses
+	// other than 2xx (wrk: 2xx or 3xx), HTTPClient the load generator and
+	// its connections ("wrk keep-alive"; "wrk close": a new connection per
+	// request, its latency from the request's send, the connect excluded;
+	// "ab": a new connection per request, its latency including the
+	// connect, in whole milliseconds). GoodputBps is what the client read,
+	// headers included; Latency has no P99.9 (0).
+	ReqPerSec  float64 `json:"requests_per_s,omitempty"`
+	HTTPErrors uint64  `json:"http_errors,omitempty"`
+	HTTPClient string  `json:"http_client,omitempty"`
 }
 
 // Latency is an HDR histogram's summary, in microseconds.
