@@ -57,6 +57,12 @@ func ClientArgs(cfg workload.Config) []string {
 	if cfg.CC != "" {
 		a = append(a, "--cc", cfg.CC)
 	}
+	if cfg.UDP > 0 {
+		a = append(a, "--udp", strconv.Itoa(cfg.UDP), "--udp-rate", strconv.FormatUint(uint64(cfg.UDPRate), 10)+"bit")
+		if cfg.UDPSize > 0 {
+			a = append(a, "--udp-size", strconv.Itoa(cfg.UDPSize))
+		}
+	}
 	return a
 }
 
