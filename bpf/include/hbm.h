@@ -114,6 +114,13 @@ struct hbm_queue {
 	__u32 idled_now;   /* egress: weight of the flows that went idle (not closed)
 	                    * in the current window (share.h, the floor) ... */
 	__u32 idled;       /* ... in the last complete window */
+	/* Lengths computed once per control interval (share.h), not per
+	 * packet: each needs a 64-bit division. 0: not yet computed. */
+	__u64 win_len_ns;  /* the flow-count window */
+	__u64 ctl_len_ns;  /* the control interval */
+	__u64 ctl_min_ns;  /* ... and its shortest (share_interval_pkts) */
+	__u32 recount;     /* 1: a flow left since the share was computed */
+	__u32 pad;
 };
 
 struct hbm_stats {

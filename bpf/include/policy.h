@@ -159,7 +159,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	__s64 backlog;
 	__u64 cost, share = 0, xfer_share = 0;
 	__u32 frac;
-	int drop = 0, may_drop;
+	int drop = 0, may_drop, changed;
 
 	if (!v)
 		return 0;
@@ -207,9 +207,9 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 			/* Paced packets only: what TCP does not pace (egress)
 			 * or an RPC's fresh burst (ingress) leaves whatever the
 			 * flow's share. */
-			share_count(q, cfg, s, lvl, s && !v->candidate ? (__u32)v->p.wire_bytes : 0,
-				    v->xfer, v->now);
-			share_update(q, cfg, &v->p, backlog, v->now, v->dir == HBM_DIR_EGRESS);
+			changed = share_count(q, cfg, s, lvl, s && !v->candidate ? (__u32)v->p.wire_bytes : 0,
+					      v->xfer, v->now);
+			share_update(q, cfg, &v->p, backlog, v->now, v->dir == HBM_DIR_EGRESS, changed);
 			share = share_of(q, cfg, v->xfer ? XFER_WEIGHT : 1);
 			xfer_share = share_of(q, cfg, XFER_WEIGHT);
 		}

@@ -166,18 +166,27 @@ static __always_inline __u64 flow_gap_ns(const struct hbm_queue *q, __u64 rate, 
  * its course. A flow whose class changed within the window is counted
  * again with its new weight. Called with the queue locked; s may be NULL
  * (not a counted flow). */
-static __always_inline void share_count(struct hbm_queue *q, const struct hbm_config *cfg,
-					struct hbm_sock *s, __u32 lvl, __u32 pkt_wire, int xfer,
-					__u64 now)
+/* share_window_ns is the length of the flow-count window: two sending gaps
+ * of a flow at the floor's share, so that a flow held there is still seen,
+ * within [FLOW_WINDOW_MIN_NS, FLOW_WINDOW_MAX_NS]. */
+static __always_inline __u64 share_window_ns(const struct hbm_queue *q, const struct hbm_config *cfg)
 {
-	/* At the floor's share, so that a flow held there is still seen. */
 	__u64 win = FLOW_WINDOW_GAPS * flow_gap_ns(q, cfg->rate_bps / 8, share_flows_seen(q));
-	__u32 cur, w, e;
 
 	if (win < FLOW_WINDOW_MIN_NS)
 		win = FLOW_WINDOW_MIN_NS;
-	if (win > FLOW_WINDOW_MAX_NS)
-		win = FLOW_WINDOW_MAX_NS;
+	return win > FLOW_WINDOW_MAX_NS ? FLOW_WINDOW_MAX_NS : win;
+}
+
+/* share_count ... returns 1 if the counts the share rests on changed. */
+static __always_inline int share_count(struct hbm_queue *q, const struct hbm_config *cfg,
+				       struct hbm_sock *s, __u32 lvl, __u32 pkt_wire, int xfer,
+				       __u64 now)
+{
+	__u64 win = q->win_len_ns ? q->win_len_ns : FLOW_WINDOW_MIN_NS;
+	__u32 cur, w, e;
+	int changed = 0;
+
 	if ((__s64)(now - q->epoch_ns) >= (__s64)win) {
 		/* A window skipped while idle counts as empty. */
 		q->flows = now - q->epoch_ns < 2 * win ? q->flows_now : 0;
@@ -192,12 +201,14 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 		q->pkt_max_now = 0;
 		q->epoch++;
 		q->epoch_ns = now;
+		q->win_len_ns = share_window_ns(q, cfg);
+		changed = 1;
 	}
 	lvl &= HBM_MAX_LEVELS - 1;
 	if (pkt_wire > q->pkt_max_now)
 		q->pkt_max_now = pkt_wire;
 	if (!s)
-		return;
+		return changed;
 	e = (q->epoch + 1) & SEEN_WIN_MASK;
 	if (!e)
 		e = 1; /* 0 means not counted */
@@ -209,7 +220,7 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 		if (cur & SEEN_LEFT)
 			q->flows_now += w;
 		else if (!(cur & SEEN_XFER) == !xfer)
-			return;
+			return changed;
 		else
 			q->flows_now = sat_sub(q->flows_now, seen_weight(cur)) + w;
 		if (!(cur & SEEN_XFER) != !xfer) {
@@ -227,7 +238,7 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 				q->bulk_now++;
 		}
 		s->seen[lvl] = (cur & ~(SEEN_XFER | SEEN_LEFT)) | (xfer ? SEEN_XFER : 0);
-		return;
+		return 1;
 	}
 	q->flows_now += w;
 	q->seen_now += w;
@@ -236,6 +247,7 @@ static __always_inline void share_count(struct hbm_queue *q, const struct hbm_co
 	s->seen[lvl] = e | (xfer ? SEEN_XFER : 0) |
 		       ((cur & (SEEN_WIN_MASK | SEEN_LEFT)) == ((e - 1) & SEEN_WIN_MASK) ? SEEN_PREV : 0) |
 		       ((cur & SEEN_WIN_MASK) == ((e - 1) & SEEN_WIN_MASK) ? SEEN_PREV_SEEN : 0);
+	return 1;
 }
 
 /* share_of is the share of a flow of weight w (1 or XFER_WEIGHT) in the
@@ -284,6 +296,7 @@ static __always_inline void share_depart(struct hbm_queue *q, struct hbm_sock *s
 			cur |= SEEN_IDLED;
 		}
 		s->seen[lvl] = (cur & ~SEEN_PREV) | SEEN_LEFT;
+		q->recount = 1;
 		return;
 	}
 	if (cw == e) {
@@ -294,6 +307,7 @@ static __always_inline void share_depart(struct hbm_queue *q, struct hbm_sock *s
 		q->seen = sat_sub(q->seen, w);
 	}
 	s->seen[lvl] = 0;
+	q->recount = 1;
 }
 
 /* share_interval_pkts is the time of SHARE_INTERVAL_PKTS full packets at
@@ -352,7 +366,8 @@ static __always_inline __s64 share_target_ns(const struct hbm_queue *q, const st
  * products below 2^63: rates <= 5e10 bytes/s, the ratio <= 2^17, bytes per
  * interval <= 2^40 (dt is capped). */
 static __always_inline void share_update(struct hbm_queue *q, const struct hbm_config *cfg,
-					 const struct pkt *p, __s64 backlog, __u64 now, int egress)
+					 const struct pkt *p, __s64 backlog, __u64 now, int egress,
+					 int changed)
 {
 	__u64 rate = cfg->rate_bps / 8, m = q->share_mul, dt, y, y_rpc, target, ratio, fair, ceil, c;
 	__u64 room, floor, drain = SHARE_DRAIN_NS;
@@ -379,8 +394,13 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	 * a web server of 100 KB responses at 0.7 of its limit. */
 	if (egress && m <= (1ULL << SHARE_Q))
 		over = 0;
-	if ((__s64)dt >= (__s64)share_interval(q, rate) ||
-	    (over && (__s64)dt >= (__s64)share_interval_pkts(rate))) {
+	if (!q->ctl_len_ns) {
+		q->ctl_min_ns = share_interval_pkts(rate);
+		q->ctl_len_ns = share_interval(q, rate);
+		q->win_len_ns = share_window_ns(q, cfg);
+	}
+	if ((__s64)dt >= (__s64)q->ctl_len_ns || (over && (__s64)dt >= (__s64)q->ctl_min_ns)) {
+		changed = 1;
 		if (dt > 2 * FLOW_WINDOW_MAX_NS)
 			dt = 2 * FLOW_WINDOW_MAX_NS; /* after idling: y is ~0 either way */
 		y = q->ctl_wire * 1000000ULL / (dt / 1000); /* bytes/s; dt in us */
@@ -391,6 +411,9 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		q->fresh_Bps = (q->fresh_Bps + y_rpc) / 2;
 		q->ctl_fresh = 0;
 		q->ctl_ns = now;
+		q->ctl_min_ns = share_interval_pkts(rate);
+		q->ctl_len_ns = share_interval(q, rate);
+		q->win_len_ns = share_window_ns(q, cfg);
 		q->ctl_wire = 0;
 		q->ctl_tcp_wire = 0;
 		q->ctl_tcp_payload = 0;
@@ -424,7 +447,11 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	/* The share is a multiple m of the fair share, the bulk flows' room
 	 * over their number: a change in the flow count moves the share at
 	 * once; the loop above only corrects m for flows that send less than
-	 * their share. */
+	 * their share. Computed only when m or the counts changed: the
+	 * divisions are most of the policer's cost per packet. */
+	if (!changed && !q->recount && q->share_Bps)
+		return;
+	q->recount = 0;
 	room = bulk_room(q, rate);
 	fair = room / share_flows(q);
 	if (!fair)

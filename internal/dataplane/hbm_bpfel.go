@@ -88,6 +88,11 @@ type hbmHbmQueue struct {
 	Bulk          uint32
 	IdledNow      uint32
 	Idled         uint32
+	WinLenNs      uint64
+	CtlLenNs      uint64
+	CtlMinNs      uint64
+	Recount       uint32
+	Pad           uint32
 }
 
 type hbmHbmSock struct {

@@ -73,6 +73,11 @@ type rxfreshHbmQueue struct {
 	Bulk          uint32
 	IdledNow      uint32
 	Idled         uint32
+	WinLenNs      uint64
+	CtlLenNs      uint64
+	CtlMinNs      uint64
+	Recount       uint32
+	Pad           uint32
 }
 
 type rxfreshHbmSock struct {
