@@ -4,13 +4,12 @@
  * nothing is mirrored by hand). Include after vmlinux.h.
  *
  * One program per hook serves every limited group. A limit is keyed by
- * (cgroup id, direction) in three maps (maps.h):
+ * (cgroup id, direction) in two maps (maps.h):
  *   hbm_limit_map  what user space set: rate as a per-byte cost, thresholds in ns.
  *               Written whole by `hbm set`; a live rate change is one update.
  *   hbm_queue_map  the virtual queue and the group's per-flow share, under its
  *               own bpf_spin_lock; never written by user space after creation,
  *               so a rate change keeps it.
- *   hbm_stats_map  per-CPU counters; no shared cache line on the fast path.
  * A packet is charged to every limited group on its socket's cgroup path
  * (ancestors found with bpf_skb_ancestor_cgroup_id, root first), so nested
  * limits hold together and the cost per packet does not grow with the number
@@ -68,6 +67,18 @@ struct hbm_config {
 	__s64 pace_target_ns;   /* the share loop steers the backlog to this */
 };
 
+/* A limit's counters, in its queue (struct hbm_queue), updated under the
+ * queue's lock the policer takes anyway: no map of per-CPU copies, whose
+ * size grew with the CPU count (11.5 MiB per 2 CPUs). */
+struct hbm_stats {
+	__u64 bytes;         /* wire bytes passed (GSO counted per segment) */
+	__u64 packets;       /* wire packets passed (GSO segments) */
+	__u64 marked;        /* packets given CE */
+	__u64 cwr;           /* packets returned with the congestion code */
+	__u64 dropped;       /* packets dropped */
+	__u64 dropped_bytes; /* wire bytes dropped */
+};
+
 /* The virtual queue. Instead of a byte credit that needs rate * elapsed time
  * (which overflows at high rates or loses precision at low ones), it keeps the
  * time at which the queue drains: vtime_ns. A packet advances it by its cost;
@@ -121,16 +132,9 @@ struct hbm_queue {
 	__u64 ctl_min_ns;  /* ... and its shortest (share_interval_pkts) */
 	__u32 recount;     /* 1: a flow left since the share was computed */
 	__u32 pad;
+	struct hbm_stats st; /* the limit's counters */
 };
 
-struct hbm_stats {
-	__u64 bytes;         /* wire bytes passed (GSO counted per segment) */
-	__u64 packets;       /* wire packets passed (GSO segments) */
-	__u64 marked;        /* packets given CE */
-	__u64 cwr;           /* packets returned with the congestion code */
-	__u64 dropped;       /* packets dropped */
-	__u64 dropped_bytes; /* wire bytes dropped */
-};
 
 /* Per-socket state of one direction (sk_storage: hbm_flow_map for egress,
  * hbm_rx_map for ingress). The data-plane program writes want_Bps on every

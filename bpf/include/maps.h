@@ -15,21 +15,13 @@ struct {
 	__type(value, struct hbm_config);
 } hbm_limit_map SEC(".maps");
 
-/* The virtual queue and per-flow share of each limit. */
+/* The virtual queue, per-flow share and counters of each limit. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, HBM_MAX_LIMITS);
 	__type(key, struct hbm_key);
 	__type(value, struct hbm_queue);
 } hbm_queue_map SEC(".maps");
-
-/* Counters of each limit, per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, HBM_MAX_LIMITS);
-	__type(key, struct hbm_key);
-	__type(value, struct hbm_stats);
-} hbm_stats_map SEC(".maps");
 
 /* Egress state of each socket: its pacing want, fresh bursts, flow counts. */
 struct {

@@ -170,9 +170,9 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	if (!(cfg->flags & HBM_F_LOOPBACK) && skb->ifindex == LOOPBACK_IFINDEX)
 		return 0;
 	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
-	st = bpf_map_lookup_elem(&hbm_stats_map, &key);
-	if (!q || !st)
+	if (!q)
 		return 0;
+	st = &q->st;
 
 	may_drop = !(cfg->flags & HBM_F_NO_DROP);
 	if (may_drop && v->p.is_tcp) {
@@ -194,9 +194,13 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	if (may_drop && !v->fresh && (backlog > (__s64)cfg->drop_small_ns ||
 			 (v->p.len >= cfg->small_pkt_bytes && backlog > (__s64)cfg->drop_large_ns))) {
 		drop = 1;
+		st->dropped += v->p.segs;
+		st->dropped_bytes += v->p.wire_bytes;
 	} else {
 		q->vtime_ns += cost;
 		q->frac = frac;
+		st->packets += v->p.segs;
+		st->bytes += v->p.wire_bytes;
 		if (cfg->flags & HBM_F_PACE) {
 			/* Ingress: RPC bursts go first; the paced flows share
 			 * what they leave. Egress: a server's unpaced first
@@ -216,13 +220,8 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	}
 	bpf_spin_unlock(&q->lock);
 
-	if (drop) {
-		st->dropped += v->p.segs;
-		st->dropped_bytes += v->p.wire_bytes;
+	if (drop)
 		return 1;
-	}
-	st->packets += v->p.segs;
-	st->bytes += v->p.wire_bytes;
 	if (v->ncharged < VERDICT_CHARGED) {
 		v->charged_id[v->ncharged & (VERDICT_CHARGED - 1)] = id;
 		v->charged_ns[v->ncharged & (VERDICT_CHARGED - 1)] = cost;
@@ -264,12 +263,12 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 		if (v->p.ecn != ECN_CE && !bpf_skb_ecn_set_ce(skb))
 			return 0;
 		if (v->p.ecn != ECN_CE)
-			st->marked += v->p.segs;
+			__sync_fetch_and_add(&st->marked, v->p.segs);
 		v->p.ecn = ECN_CE;
 		return 0;
 	}
 	if (v->p.is_tcp && v->dir == HBM_DIR_EGRESS && cwr_roll(cfg, backlog)) {
-		st->cwr++;
+		__sync_fetch_and_add(&st->cwr, 1);
 		v->cn = 1;
 	}
 	return 0;
@@ -281,7 +280,6 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 static __always_inline void refund(struct verdict *v)
 {
 	struct hbm_key key = { .dir = v->dir };
-	struct hbm_stats *st;
 	struct hbm_queue *q;
 	__u32 i;
 
@@ -290,16 +288,13 @@ static __always_inline void refund(struct verdict *v)
 			break;
 		key.cgroup_id = v->charged_id[i];
 		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
-		if (q) {
-			bpf_spin_lock(&q->lock);
-			q->vtime_ns -= v->charged_ns[i];
-			bpf_spin_unlock(&q->lock);
-		}
-		st = bpf_map_lookup_elem(&hbm_stats_map, &key);
-		if (st) {
-			st->packets -= v->p.segs;
-			st->bytes -= v->p.wire_bytes;
-		}
+		if (!q)
+			continue;
+		bpf_spin_lock(&q->lock);
+		q->vtime_ns -= v->charged_ns[i];
+		q->st.packets -= v->p.segs;
+		q->st.bytes -= v->p.wire_bytes;
+		bpf_spin_unlock(&q->lock);
 	}
 }
 

@@ -26,12 +26,10 @@ var costLimit = Limit{Rate: 40_000_000_000, Thresholds: rate.Default(40_000_000_
 func costHarness(tb testing.TB, extra int) *harness {
 	h := newHarness(tb, costLimit)
 	var q hbmHbmQueue
-	stats := make([]hbmHbmStats, ebpf.MustPossibleCPU())
 	for i := 0; i < extra; i++ {
 		k := key(h.key.CgroupId+uint64(i)+1, Egress)
 		must(tb, h.limits.Put(&k, &h.cfg))
 		must(tb, h.queues.Put(&k, &q))
-		must(tb, h.stats.Put(&k, stats))
 	}
 	return h
 }

@@ -235,10 +235,6 @@ func (m *Manager) set(g cgroup.Group, d Direction, l Limit) error {
 // configuration last: a packet that finds it finds the rest.
 func (m *Manager) create(g cgroup.Group, d Direction, cfg hbmHbmConfig) error {
 	k := key(g.ID, d)
-	zeroStats := make([]hbmHbmStats, ebpf.MustPossibleCPU())
-	if err := m.st.stats.Update(&k, zeroStats, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("create counters for %s: %w", g, err)
-	}
 	if err := m.st.queues.Update(&k, &hbmHbmQueue{}, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 		return fmt.Errorf("create queue for %s: %w", g, err)
 	}
@@ -288,10 +284,8 @@ func (m *Manager) remove(g cgroup.Group, d Direction) error {
 		}
 		m.step("released sockets")
 	}
-	for _, mp := range []*ebpf.Map{m.st.queues, m.st.stats} {
-		if err := mp.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete state of %s %v: %w", g, d, err)
-		}
+	if err := m.st.queues.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete state of %s %v: %w", g, d, err)
 	}
 	m.step("deleted queue")
 	return nil
@@ -438,23 +432,16 @@ func cgroupPaths(mnt string) map[uint64]string {
 }
 
 func (m *Manager) readStats(k hbmHbmKey) (Stats, error) {
-	var per []hbmHbmStats
-	if err := m.st.stats.Lookup(&k, &per); err != nil {
+	var q hbmHbmQueue
+	if err := m.st.queues.Lookup(&k, &q); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return Stats{}, nil
 		}
 		return Stats{}, fmt.Errorf("read counters of cgroup id %d: %w", k.CgroupId, err)
 	}
-	var s Stats
-	for _, p := range per {
-		s.Bytes += p.Bytes
-		s.Packets += p.Packets
-		s.Marked += p.Marked
-		s.CWR += p.Cwr
-		s.Dropped += p.Dropped
-		s.DroppedBytes += p.DroppedBytes
-	}
-	return s, nil
+	p := q.St
+	return Stats{Bytes: p.Bytes, Packets: p.Packets, Marked: p.Marked, CWR: p.Cwr,
+		Dropped: p.Dropped, DroppedBytes: p.DroppedBytes}, nil
 }
 
 // Prune removes the limits of groups that certainly no longer exist, and

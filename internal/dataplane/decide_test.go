@@ -39,7 +39,6 @@ type harness struct {
 	ifidx  uint32
 	limits *ebpf.Map
 	queues *ebpf.Map
-	stats  *ebpf.Map
 	rx     *ebpf.Map
 }
 
@@ -61,7 +60,7 @@ func newHarnessDir(t testing.TB, d Direction, l Limit) *harness {
 	if d == Ingress {
 		h.prog = objs.HbmIngress
 	}
-	h.limits, h.queues, h.stats, h.rx = objs.HbmLimitMap, objs.HbmQueueMap, objs.HbmStatsMap, objs.HbmRxMap
+	h.limits, h.queues, h.rx = objs.HbmLimitMap, objs.HbmQueueMap, objs.HbmRxMap
 	var err error
 	h.cfg, err = config(l)
 	if err != nil {
@@ -69,7 +68,6 @@ func newHarnessDir(t testing.TB, d Direction, l Limit) *harness {
 	}
 	must(t, h.limits.Put(&h.key, &h.cfg))
 	must(t, h.queues.Put(&h.key, &hbmHbmQueue{}))
-	must(t, h.stats.Put(&h.key, make([]hbmHbmStats, ebpf.MustPossibleCPU())))
 	// A real non-loopback device: the test run's skb->dev, so that the
 	// loopback exemption does not apply.
 	ifs, _ := net.Interfaces()
@@ -100,7 +98,9 @@ func monoNow() uint64 {
 
 // setBacklog places the virtual queue so that it stands d ahead of now.
 func (h *harness) setBacklog(d time.Duration) {
-	q := hbmHbmQueue{VtimeNs: uint64(int64(monoNow()) + int64(d))}
+	var old hbmHbmQueue
+	must(h.t, h.queues.Lookup(&h.key, &old))
+	q := hbmHbmQueue{VtimeNs: uint64(int64(monoNow()) + int64(d)), St: old.St} // counters carry on
 	must(h.t, h.queues.Put(&h.key, &q))
 }
 
@@ -111,7 +111,7 @@ func (h *harness) vtime() uint64 {
 }
 
 func (h *harness) counters() Stats {
-	m := &Manager{st: &state{stats: h.stats}}
+	m := &Manager{st: &state{queues: h.queues}}
 	s, err := m.readStats(h.key)
 	must(h.t, err)
 	return s

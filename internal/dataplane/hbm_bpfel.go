@@ -93,6 +93,7 @@ type hbmHbmQueue struct {
 	CtlMinNs      uint64
 	Recount       uint32
 	Pad           uint32
+	St            hbmHbmStats
 }
 
 type hbmHbmSock struct {
@@ -151,7 +152,6 @@ const (
 	hbmMapHbmNetnsMap  = "hbm_netns_map"
 	hbmMapHbmQueueMap  = "hbm_queue_map"
 	hbmMapHbmRxMap     = "hbm_rx_map"
-	hbmMapHbmStatsMap  = "hbm_stats_map"
 	hbmMapHbmWalkMap   = "hbm_walk_map"
 	hbmProgHbmEgress   = "hbm_egress"
 	hbmProgHbmIngress  = "hbm_ingress"
@@ -218,7 +218,6 @@ type hbmMapSpecs struct {
 	HbmNetnsMap *ebpf.MapSpec `ebpf:"hbm_netns_map"`
 	HbmQueueMap *ebpf.MapSpec `ebpf:"hbm_queue_map"`
 	HbmRxMap    *ebpf.MapSpec `ebpf:"hbm_rx_map"`
-	HbmStatsMap *ebpf.MapSpec `ebpf:"hbm_stats_map"`
 	HbmWalkMap  *ebpf.MapSpec `ebpf:"hbm_walk_map"`
 }
 
@@ -253,7 +252,6 @@ type hbmMaps struct {
 	HbmNetnsMap *ebpf.Map `ebpf:"hbm_netns_map"`
 	HbmQueueMap *ebpf.Map `ebpf:"hbm_queue_map"`
 	HbmRxMap    *ebpf.Map `ebpf:"hbm_rx_map"`
-	HbmStatsMap *ebpf.Map `ebpf:"hbm_stats_map"`
 	HbmWalkMap  *ebpf.Map `ebpf:"hbm_walk_map"`
 }
 
@@ -264,7 +262,6 @@ func (m *hbmMaps) Close() error {
 		m.HbmNetnsMap,
 		m.HbmQueueMap,
 		m.HbmRxMap,
-		m.HbmStatsMap,
 		m.HbmWalkMap,
 	)
 }

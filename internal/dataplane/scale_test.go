@@ -165,7 +165,7 @@ func TestScale(t *testing.T) {
 	if links, err := os.ReadDir(filepath.Join(pinDir, linksDir)); err != nil || len(links) != 0 {
 		t.Errorf("links/ after unsetting all: %d pins (%v), want none", len(links), err)
 	}
-	for name, mp := range map[string]*ebpf.Map{"limits": m.st.limits, "queues": m.st.queues, "stats": m.st.stats} {
+	for name, mp := range map[string]*ebpf.Map{"limits": m.st.limits, "queues": m.st.queues} {
 		var k hbmHbmKey
 		if err := mp.NextKey(nil, &k); err == nil {
 			t.Errorf("%s map still holds cgroup id %d after unsetting all", name, k.CgroupId)

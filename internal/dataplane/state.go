@@ -27,7 +27,7 @@ const (
 
 // state is the pinned maps, opened from the pin directory.
 type state struct {
-	limits, queues, stats, flows, rx, walk *ebpf.Map
+	limits, queues, flows, rx, walk *ebpf.Map
 	// netns records where the assists changed sockets (maps.h,
 	// hbm_netns_map): the namespaces the unset walk visits.
 	netns *ebpf.Map
@@ -66,7 +66,7 @@ var txnSpec = ebpf.MapSpec{
 }
 
 func (s *state) all() []*ebpf.Map {
-	return []*ebpf.Map{s.limits, s.queues, s.stats, s.flows, s.rx, s.walk, s.netns, s.txn}
+	return []*ebpf.Map{s.limits, s.queues, s.flows, s.rx, s.walk, s.netns, s.txn}
 }
 
 func (s *state) close() {
@@ -80,7 +80,7 @@ func (s *state) close() {
 // replacements are the pinned maps a program load uses instead of new ones.
 func (s *state) replacements() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{
-		hbmMapHbmLimitMap: s.limits, hbmMapHbmQueueMap: s.queues, hbmMapHbmStatsMap: s.stats,
+		hbmMapHbmLimitMap: s.limits, hbmMapHbmQueueMap: s.queues,
 		hbmMapHbmFlowMap: s.flows, hbmMapHbmRxMap: s.rx, hbmMapHbmWalkMap: s.walk,
 		hbmMapHbmNetnsMap: s.netns,
 	}
@@ -94,7 +94,7 @@ func openState(dir string, create bool) (*state, error) {
 	}
 	s := &state{}
 	dsts := map[string]**ebpf.Map{
-		hbmMapHbmLimitMap: &s.limits, hbmMapHbmQueueMap: &s.queues, hbmMapHbmStatsMap: &s.stats,
+		hbmMapHbmLimitMap: &s.limits, hbmMapHbmQueueMap: &s.queues,
 		hbmMapHbmFlowMap: &s.flows, hbmMapHbmRxMap: &s.rx, hbmMapHbmWalkMap: &s.walk,
 		hbmMapHbmNetnsMap: &s.netns,
 	}

@@ -78,6 +78,15 @@ type rxfreshHbmQueue struct {
 	CtlMinNs      uint64
 	Recount       uint32
 	Pad           uint32
+	St            struct {
+		_            structs.HostLayout
+		Bytes        uint64
+		Packets      uint64
+		Marked       uint64
+		Cwr          uint64
+		Dropped      uint64
+		DroppedBytes uint64
+	}
 }
 
 type rxfreshHbmSock struct {
@@ -106,16 +115,6 @@ type rxfreshHbmSock struct {
 	CwndApplied  uint32
 	Pad          uint32
 	_            [4]byte
-}
-
-type rxfreshHbmStats struct {
-	_            structs.HostLayout
-	Bytes        uint64
-	Packets      uint64
-	Marked       uint64
-	Cwr          uint64
-	Dropped      uint64
-	DroppedBytes uint64
 }
 
 type rxfreshHbmWalk struct {
@@ -158,7 +157,6 @@ const (
 	rxfreshMapHbmNetnsMap = "hbm_netns_map"
 	rxfreshMapHbmQueueMap = "hbm_queue_map"
 	rxfreshMapHbmRxMap    = "hbm_rx_map"
-	rxfreshMapHbmStatsMap = "hbm_stats_map"
 	rxfreshMapHbmWalkMap  = "hbm_walk_map"
 	rxfreshProgRxfreshRun = "rxfresh_run"
 	rxfreshProgRxwinRun   = "rxwin_run"
@@ -219,7 +217,6 @@ type rxfreshMapSpecs struct {
 	HbmNetnsMap *ebpf.MapSpec `ebpf:"hbm_netns_map"`
 	HbmQueueMap *ebpf.MapSpec `ebpf:"hbm_queue_map"`
 	HbmRxMap    *ebpf.MapSpec `ebpf:"hbm_rx_map"`
-	HbmStatsMap *ebpf.MapSpec `ebpf:"hbm_stats_map"`
 	HbmWalkMap  *ebpf.MapSpec `ebpf:"hbm_walk_map"`
 }
 
@@ -254,7 +251,6 @@ type rxfreshMaps struct {
 	HbmNetnsMap *ebpf.Map `ebpf:"hbm_netns_map"`
 	HbmQueueMap *ebpf.Map `ebpf:"hbm_queue_map"`
 	HbmRxMap    *ebpf.Map `ebpf:"hbm_rx_map"`
-	HbmStatsMap *ebpf.Map `ebpf:"hbm_stats_map"`
 	HbmWalkMap  *ebpf.Map `ebpf:"hbm_walk_map"`
 }
 
@@ -265,7 +261,6 @@ func (m *rxfreshMaps) Close() error {
 		m.HbmNetnsMap,
 		m.HbmQueueMap,
 		m.HbmRxMap,
-		m.HbmStatsMap,
 		m.HbmWalkMap,
 	)
 }
