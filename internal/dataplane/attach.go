@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -37,6 +39,11 @@ func pinExists(path string) bool {
 // dirID is the cgroup id of the group at dir (0 if it cannot be read).
 func dirID(dir string) uint64 { return inode(dir) }
 
+// hasAssistLink reports whether (id, d)'s assist (sockops) link is pinned.
+func (m *Manager) hasAssistLink(id uint64, d Direction) bool {
+	return pinExists(m.linkPath(id, d) + "-sockops")
+}
+
 // coveredBy returns the id of the group whose attachment serves g's
 // direction d: g's own, or its nearest attached ancestor's; 0 if none.
 func (m *Manager) coveredBy(g cgroup.Group, d Direction) uint64 {
@@ -48,6 +55,38 @@ func (m *Manager) coveredBy(g cgroup.Group, d Direction) uint64 {
 			return 0
 		}
 	}
+}
+
+// servedBy returns the groups whose links run direction d's programs for
+// g's sockets: police, the nearest of g and its ancestors with the policing
+// (cgroup_skb) link, and assist, the nearest with the assist's (sockops)
+// link; 0 where none. The kernel runs an ancestor's programs for every group
+// below it, and the programs find the limits on the socket's path themselves.
+func (m *Manager) servedBy(g cgroup.Group, d Direction) (police, assist uint64) {
+	for dir := g.Dir; ; dir = filepath.Dir(dir) {
+		if id := dirID(dir); id != 0 {
+			if police == 0 && m.hasLink(id, d) {
+				police = id
+			}
+			if assist == 0 && m.hasAssistLink(id, d) {
+				assist = id
+			}
+			if police != 0 && assist != 0 {
+				return police, assist
+			}
+		}
+		if dir == m.mount || dir == "/" || dir == "." {
+			return police, assist
+		}
+	}
+}
+
+// served reports whether every program limit c of g on direction d needs
+// runs for g's sockets: the policing program, and its assist (egress pacing,
+// ingress window clamp) unless the limit has none (--no-pace).
+func (m *Manager) served(g cgroup.Group, d Direction, c hbmHbmConfig) bool {
+	police, assist := m.servedBy(g, d)
+	return police != 0 && (c.Flags&hbmHbmFlagsHBM_F_PACE == 0 || assist != 0)
 }
 
 // attach attaches direction d's program and assist to g, with links pinned
@@ -145,7 +184,7 @@ func (m *Manager) cover(g cgroup.Group, d Direction) error {
 	}
 	return m.walkBelow(g, func(sub cgroup.Group) (bool, error) {
 		// Either link: a killed detach may have left the sockops one alone.
-		if m.hasLink(sub.ID, d) || pinExists(m.linkPath(sub.ID, d)+"-sockops") {
+		if m.hasLink(sub.ID, d) || m.hasAssistLink(sub.ID, d) {
 			return true, m.detach(sub.ID, d)
 		}
 		return false, nil
@@ -212,4 +251,58 @@ func (m *Manager) walkBelow(g cgroup.Group, fn func(cgroup.Group) (bool, error))
 		}
 		return nil
 	})
+}
+
+// restoreAssists attaches the assist (sockops) link wherever a policing link
+// stands alone. attach makes the two in that order and detach removes the
+// policing one first, so once the journal is repaired a lone policing link
+// is a defect (a killed attach, a link unpinned by hand): every limit it
+// serves would be policed without its assist. Each failure is a warning, not
+// an error: the groups stay policed, and the next hbm command tries again.
+func (m *Manager) restoreAssists() {
+	dir := filepath.Join(m.dir, linksDir)
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			m.warn("look for policing links without their assist: %v", err)
+		}
+		return
+	}
+	names := make(map[string]bool, len(es))
+	for _, e := range es {
+		names[e.Name()] = true
+	}
+	for _, e := range es {
+		id, d, ok := parsePolicingLink(e.Name())
+		if !ok || names[e.Name()+"-sockops"] || m.linkGone(id, d) {
+			continue // an assist link, a pair, or a removed group's (prune's)
+		}
+		g, err := cgroup.PathOf(id)
+		if err == nil {
+			err = m.attach(g, d)
+		}
+		if err != nil {
+			m.warn("cgroup id %d %v is policed without its assist, which hbm could not attach: %v", id, d, err)
+			continue
+		}
+		m.warn("attached the %v assist of %s, missing beside its policing program (an earlier hbm was killed, or its link was removed)", d, g)
+	}
+}
+
+// parsePolicingLink reads a policing link's name, <id>-<direction>.
+func parsePolicingLink(name string) (uint64, Direction, bool) {
+	i := strings.IndexByte(name, '-')
+	if i < 0 {
+		return 0, 0, false
+	}
+	id, err := strconv.ParseUint(name[:i], 10, 64)
+	if err != nil || id == 0 {
+		return 0, 0, false
+	}
+	for _, d := range Directions {
+		if name[i+1:] == d.String() {
+			return id, d, true
+		}
+	}
+	return 0, 0, false
 }

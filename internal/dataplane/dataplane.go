@@ -44,7 +44,8 @@ var ErrNotFound = errors.New("no limit set")
 
 // Open opens (creating if needed) the pinned state under dir, takes its lock
 // so that concurrent hbm invocations apply one at a time, and repairs what
-// a killed hbm left half done.
+// a killed hbm left half done: the journaled change, then any policing link
+// left without its assist.
 func Open(dir string) (*Manager, error) {
 	if err := ensureBPFFS(dir); err != nil {
 		return nil, err
@@ -60,6 +61,7 @@ func Open(dir string) (*Manager, error) {
 		m.Close()
 		return nil, fmt.Errorf("finish the change a killed hbm left: %w", err)
 	}
+	m.restoreAssists()
 	return m, nil
 }
 
@@ -363,9 +365,12 @@ type Entry struct {
 	// Gone: the group was removed (proved by its link, or by the kernel
 	// refusing its id as stale), so Prune may remove the limit.
 	Gone bool
-	// Enforced: the limit has its queue and an attachment serves it (its
-	// group's or an ancestor's). False only after a failure hbm could not
-	// repair; hbm show says so.
+	// Enforced: the limit has its queue and every program it needs runs
+	// for its group, attached to the group or an ancestor: the policing
+	// program, and its assist (sockops) unless the limit has none
+	// (NoPace). False after a failure hbm could not repair, or after a
+	// killed hbm until the next command that opens the state for writing
+	// (not show) repairs it; hbm show says so.
 	Enforced bool
 	Dir      Direction
 	Limit    Limit
@@ -393,7 +398,7 @@ func (m *Manager) List() ([]Entry, error) {
 		if e.Cgroup != "" {
 			var q hbmHbmQueue
 			g := cgroup.Group{Dir: filepath.Join(m.mount, e.Cgroup), Rel: e.Cgroup, ID: k.CgroupId}
-			e.Enforced = m.st.queues.Lookup(&k, &q) == nil && m.coveredBy(g, e.Dir) != 0
+			e.Enforced = m.st.queues.Lookup(&k, &q) == nil && m.served(g, e.Dir, c)
 		}
 		out = append(out, e)
 	}

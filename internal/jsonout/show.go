@@ -20,7 +20,7 @@ type Group struct {
 type Direction struct {
 	RateBps      uint64 `json:"rate_bps"`
 	NoDrop       bool   `json:"no_drop,omitempty"`
-	Enforced     bool   `json:"enforced"`      // false: set but not applied (see hbm show)
+	Enforced     bool   `json:"enforced"`      // false: a program the limit needs (policing; its assist unless no-pace) is not attached (see hbm show)
 	Bytes        uint64 `json:"bytes"`         // wire bytes passed (a GSO packet counts as its segments)
 	Packets      uint64 `json:"packets"`       // wire packets passed
 	Marked       uint64 `json:"marked"`        // packets given CE

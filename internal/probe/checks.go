@@ -317,23 +317,35 @@ func checkEgressCongestion() (string, string, error) {
 	return "egress program may return 0..3 (bit 1: congestion, tcp_enter_cwr)", "", nil
 }
 
-// Helpers HBM's cgroup_skb programs call.
+// Helpers HBM's cgroup_skb programs (the policers) call, each with what it
+// is for and since when cgroup_skb programs may call it: a kernel without one
+// refuses the programs. bpf_spin_lock and bpf_spin_unlock are the spin_lock
+// check's (TestHelpersCoverPolicers keeps the list whole).
 var helpers = []struct {
 	fn   asm.BuiltinFunc
 	name string
+	why  string
 }{
-	{asm.FnSkbEcnSetCe, "bpf_skb_ecn_set_ce"},
-	{asm.FnTcpSock, "bpf_tcp_sock"},
-	{asm.FnSkFullsock, "bpf_sk_fullsock"},
-	{asm.FnKtimeGetNs, "bpf_ktime_get_ns"},
-	{asm.FnGetPrandomU32, "bpf_get_prandom_u32"},
+	{asm.FnSkbAncestorCgroupId, "bpf_skb_ancestor_cgroup_id", "the policers find the limits on a packet's cgroup path with it; cgroup_skb programs have it since Linux 5.8"},
+	{asm.FnSkbEcnSetCe, "bpf_skb_ecn_set_ce", "CE marks; Linux >= 5.1"},
+	{asm.FnTcpSock, "bpf_tcp_sock", "the flow's TCP state; Linux >= 5.1"},
+	{asm.FnSkFullsock, "bpf_sk_fullsock", "the packet's socket; Linux >= 5.1"},
+	{asm.FnSkStorageGet, "bpf_sk_storage_get", "per-socket state; cgroup_skb programs have it since Linux 5.2"},
+	{asm.FnSkbLoadBytes, "bpf_skb_load_bytes", "packet headers"},
+	{asm.FnMapLookupElem, "bpf_map_lookup_elem", "the limits and queues"},
+	{asm.FnKtimeGetNs, "bpf_ktime_get_ns", "the virtual queues' clock"},
+	{asm.FnGetPrandomU32, "bpf_get_prandom_u32", "the congestion code's ramp"},
 }
 
+// haveHelper probes whether a program of type pt may call fn; a variable so
+// that tests can take a helper away.
+var haveHelper = features.HaveProgramHelper
+
 func checkHelpers() (string, string, error) {
-	var have, missing []string
+	var have, missing, hints []string
 	var firstErr error
 	for _, h := range helpers {
-		err := features.HaveProgramHelper(ebpf.CGroupSKB, h.fn)
+		err := haveHelper(ebpf.CGroupSKB, h.fn)
 		if err == nil {
 			have = append(have, h.name)
 			continue
@@ -343,12 +355,14 @@ func checkHelpers() (string, string, error) {
 		} else {
 			missing = append(missing, h.name+" (probe failed)")
 		}
+		hints = append(hints, h.name+": "+h.why)
 		if firstErr == nil {
 			firstErr = err
 		}
 	}
 	if len(missing) > 0 {
-		return "", "bpf_skb_ecn_set_ce and bpf_tcp_sock need Linux >= 5.1", fmt.Errorf("missing %s: %w", strings.Join(missing, ", "), firstErr)
+		return "", "cgroup_skb programs cannot call what HBM's policers need (" + strings.Join(hints, "; ") + ")",
+			fmt.Errorf("missing %s: %w", strings.Join(missing, ", "), firstErr)
 	}
 	return strings.Join(have, " "), "", nil
 }

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/testutil"
@@ -78,5 +80,22 @@ func TestTryMountBPFFS(t *testing.T) {
 	}
 	if err := tryMountBPFFS(filepath.Join(dir, "missing")); err == nil {
 		t.Error("mount on a missing directory: want an error")
+	}
+}
+
+// TestHelperProbe: on this kernel cgroup_skb programs may call
+// bpf_skb_ancestor_cgroup_id, and the same probe refuses a helper they may
+// not call (bpf_redirect, tc's), so its yes means something.
+func TestHelperProbe(t *testing.T) {
+	testutil.RequireRoot(t)
+	if err := haveHelper(ebpf.CGroupSKB, asm.FnSkbAncestorCgroupId); err != nil {
+		t.Errorf("bpf_skb_ancestor_cgroup_id in cgroup_skb: %v", err)
+	}
+	if err := haveHelper(ebpf.CGroupSKB, asm.FnRedirect); !errors.Is(err, ebpf.ErrNotSupported) {
+		t.Errorf("bpf_redirect in cgroup_skb: %v, want ErrNotSupported", err)
+	}
+	detail, hint, err := checkHelpers()
+	if err != nil || !strings.Contains(detail, "bpf_skb_ancestor_cgroup_id") {
+		t.Errorf("checkHelpers = %q, %q, %v", detail, hint, err)
 	}
 }

@@ -1,8 +1,9 @@
 package integration
 
 // Kill tests: hbm set, unset and prune killed (SIGKILL, through the test-only
-// HBM_TEST_STOP_AFTER=N) after each of their change steps. After every kill
-// the kernel is read directly (the programs attached to each cgroup, the
+// HBM_TEST_STOP_AFTER=N) after each of their change steps, and hbm set
+// killed at each of its bpf() calls (under ptrace). After every
+// kill the kernel is read directly (the programs attached to each cgroup, the
 // pinned maps, the links directory) and compared with what `hbm show --json`
 // says; then the next command (prune, which opens the state for writing)
 // must leave the state as it was before the killed command or as asked.
@@ -13,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -250,19 +252,22 @@ func (l *kLab) txnOp() uint32 {
 }
 
 // checkTruth asserts (a): every limit `hbm show --json` lists with a path is
-// "enforced" exactly when the kernel runs this pin directory's egress
-// program for its group; and (b): every group of mustServe is served.
+// "enforced" exactly when the kernel runs, for its group, both programs of
+// this pin directory it needs: the egress program and the pacing assist
+// (every limit of these tests has the assist: none is --no-pace); and (b):
+// every group of mustServe is served (policed, at least).
 func (l *kLab) checkTruth(when string, mustServe []string) {
 	l.t.Helper()
-	egress := l.progIDs("hbm_egress")
+	egress, pace := l.progIDs("hbm_egress"), l.progIDs("hbm_pace_ops")
 	for _, e := range l.show() {
 		if e.Egress == nil || e.Cgroup == "" || e.Removed {
 			continue
 		}
-		served := l.kernelCount(e.Cgroup, ebpf.AttachCGroupInetEgress, egress) > 0
-		if served != e.Egress.Enforced {
-			l.t.Errorf("%s: hbm show says %s enforced=%v, the kernel runs hbm's egress program for it: %v",
-				when, e.Cgroup, e.Egress.Enforced, served)
+		policed := l.kernelCount(e.Cgroup, ebpf.AttachCGroupInetEgress, egress) > 0
+		paced := l.kernelCount(e.Cgroup, ebpf.AttachCGroupSockOps, pace) > 0
+		if served := policed && paced; served != e.Egress.Enforced {
+			l.t.Errorf("%s: hbm show says %s enforced=%v, the kernel runs hbm's egress program for it: %v, its pacing assist: %v",
+				when, e.Cgroup, e.Egress.Enforced, policed, paced)
 		}
 	}
 	for _, g := range mustServe {
@@ -357,14 +362,19 @@ type killCase struct {
 	setup func(l *kLab) (before, after []string, cmd []string)
 }
 
-func TestKill(t *testing.T) {
+// killCases are the commands TestKill kills after each step.
+func killCases() []killCase {
 	const rate = "100mbit"
-	cases := []killCase{
+	return []killCase{
 		{"setnew", func(l *kLab) ([]string, []string, []string) {
 			s, a := l.mk("s"), l.mk("a")
 			l.must("set", s, "--egress", rate)
 			return []string{s}, []string{a, s}, []string{"set", a, "--egress", rate}
 		}},
+		// Issue 23: a set after a set and unset of the same group (its
+		// programs pinned: no load) killed between its two attachments
+		// left policing without pacing, shown as enforced.
+		{"setagain", setAgain},
 		{"setparent", func(l *kLab) ([]string, []string, []string) {
 			p := l.mk("p")
 			c := l.mk("p/c")
@@ -395,63 +405,152 @@ func TestKill(t *testing.T) {
 			return []string{s}, []string{s}, []string{"prune"}
 		}},
 	}
-	for _, c := range cases {
+}
+
+// setAgain: group g set and unset, then set again.
+func setAgain(l *kLab) ([]string, []string, []string) {
+	g := l.mk("g")
+	l.must("set", g, "--egress", "100mbit")
+	l.must("unset", g)
+	return nil, []string{g}, []string{"set", g, "--egress", "100mbit"}
+}
+
+func TestKill(t *testing.T) {
+	for _, c := range killCases() {
 		t.Run(c.name, func(t *testing.T) {
 			l := newKLab(t, "kill-"+c.name)
-			const maxSteps = 40
-			for n := 1; n <= maxSteps; n++ {
-				l.reset()
-				if err := os.MkdirAll(filepath.Join(l.mnt, l.top), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				before, after, cmd := c.setup(l)
-				if c.name != "prune" { // its removed group's remains are checked before the rmdir
-					l.checkSettled(fmt.Sprintf("before %v", cmd), before)
-				}
-				if t.Failed() {
-					return
-				}
-				// Groups limited both before and after must stay served.
-				var stay []string
-				for _, g := range before {
-					if slices.Contains(after, g) {
-						stay = append(stay, g)
-					}
-				}
-				r := l.run([]string{fmt.Sprintf("HBM_TEST_STOP_AFTER=%d", n)}, cmd...)
-				when := fmt.Sprintf("%v killed after step %d", cmd, n)
-				if !r.killed {
-					if r.code != 0 {
-						t.Fatalf("%v with HBM_TEST_STOP_AFTER=%d: exit %d: %s", cmd, n, r.code, r.errOut)
-					}
-					l.checkSettled(fmt.Sprintf("%v completed (%d steps)", cmd, n-1), after)
-					t.Logf("%v: killed after each of its %d steps", cmd, n-1)
-					return
-				}
-				l.checkTruth(when, stay)
-				// The next command repairs; show first must not change a thing
-				// (it only reads), then prune opens the state for writing.
-				l.checkTruth(when+", then show", stay)
-				l.must("prune")
-				when += ", then prune"
-				l.checkTruth(when, stay)
-				got := l.limitedNow(append(slices.Clone(before), after...))
-				slices.Sort(got)
-				got = slices.Compact(got)
-				b, a := slices.Sorted(slices.Values(before)), slices.Sorted(slices.Values(after))
-				switch {
-				case slices.Equal(got, a):
-					l.checkSettled(when+" (finished)", after)
-				case slices.Equal(got, b):
-					l.checkSettled(when+" (undone)", before)
-				default:
-					t.Errorf("%s: limited groups %v, want as before %v or as asked %v", when, got, b, a)
-				}
-				if t.Failed() {
-					return
-				}
-			}
-			t.Fatalf("%v still killed after %d steps", c.name, maxSteps)
+			killAt(t, l, c, "after step", 40, func(n int, cmd []string) hbmResult {
+				return l.run([]string{fmt.Sprintf("HBM_TEST_STOP_AFTER=%d", n)}, cmd...)
+			})
 		})
 	}
+}
+
+// TestKillAtBPFCall kills hbm set at each of its bpf() calls in turn (the
+// call not made), the finest grain a kill can have for the data plane: it
+// also falls between a link's creation and its pin, and inside the
+// programs' and maps' opening, where no change step ends.
+func TestKillAtBPFCall(t *testing.T) {
+	for _, c := range []killCase{{"setagain", setAgain}} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newKLab(t, "killbpf-"+c.name)
+			killAt(t, l, c, "at bpf() call", 200, func(n int, cmd []string) hbmResult {
+				env := append(os.Environ(), "HBM_PIN_DIR="+l.pinDir)
+				r, err := runKilledAtBPFCall(append([]string{l.bin}, cmd...), env, n)
+				if err != nil {
+					t.Fatalf("hbm %v killed at bpf() call %d: %v", cmd, n, err)
+				}
+				return r
+			})
+		})
+	}
+}
+
+// killAt runs c's command killed at kill point n = 1, 2, ... (run kills it
+// there; point names the points) until it completes, at most maxPoints:
+// after each kill show must tell the kernel's truth, and the next command
+// (prune) must finish or undo the killed one.
+func killAt(t *testing.T, l *kLab, c killCase, point string, maxPoints int, run func(n int, cmd []string) hbmResult) {
+	for n := 1; n <= maxPoints; n++ {
+		l.reset()
+		if err := os.MkdirAll(filepath.Join(l.mnt, l.top), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		before, after, cmd := c.setup(l)
+		if c.name != "prune" { // its removed group's remains are checked before the rmdir
+			l.checkSettled(fmt.Sprintf("before %v", cmd), before)
+		}
+		if t.Failed() {
+			return
+		}
+		// Groups limited both before and after must stay served.
+		var stay []string
+		for _, g := range before {
+			if slices.Contains(after, g) {
+				stay = append(stay, g)
+			}
+		}
+		r := run(n, cmd)
+		when := fmt.Sprintf("%v killed %s %d", cmd, point, n)
+		if !r.killed {
+			if r.code != 0 {
+				t.Fatalf("%v to be killed %s %d: exit %d: %s", cmd, point, n, r.code, r.errOut)
+			}
+			l.checkSettled(fmt.Sprintf("%v completed (no %s %d)", cmd, point, n), after)
+			t.Logf("%v: killed %s each of 1..%d", cmd, point, n-1)
+			return
+		}
+		l.checkTruth(when, stay)
+		// The next command repairs; show first must not change a thing
+		// (it only reads), then prune opens the state for writing.
+		l.checkTruth(when+", then show", stay)
+		l.must("prune")
+		when += ", then prune"
+		l.checkTruth(when, stay)
+		got := l.limitedNow(append(slices.Clone(before), after...))
+		slices.Sort(got)
+		got = slices.Compact(got)
+		b, a := slices.Sorted(slices.Values(before)), slices.Sorted(slices.Values(after))
+		switch {
+		case slices.Equal(got, a):
+			l.checkSettled(when+" (finished)", after)
+		case slices.Equal(got, b):
+			l.checkSettled(when+" (undone)", before)
+		default:
+			t.Errorf("%s: limited groups %v, want as before %v or as asked %v", when, got, b, a)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	t.Fatalf("%v still killed %s %d", c.name, point, maxPoints)
+}
+
+// TestAssistRestored: a policing link left without its assist by anything
+// but a journaled change (here its sockops link unpinned by hand, which
+// detaches it) makes show say NO for a limit with the assist, yes for a
+// --no-pace one, and the next command that opens the state for writing
+// attaches the assist again.
+func TestAssistRestored(t *testing.T) {
+	l := newKLab(t, "assist")
+	if err := os.MkdirAll(filepath.Join(l.mnt, l.top), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	paced, unpaced := l.mk("paced"), l.mk("unpaced")
+	l.must("set", paced, "--egress", "100mbit")
+	l.must("set", unpaced, "--egress", "100mbit", "--no-pace")
+	l.checkSettled("set", []string{paced, unpaced})
+	for _, g := range []string{paced, unpaced} {
+		path := filepath.Join(l.pinDir, "links", fmt.Sprintf("%d-egress-sockops", l.id(g)))
+		lk, err := link.LoadPinnedLink(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = lk.Unpin()
+		lk.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	pace := l.progIDs("hbm_pace_ops")
+	enforced := map[string]bool{}
+	for _, e := range l.show() {
+		if e.Egress != nil {
+			enforced[e.Cgroup] = e.Egress.Enforced
+		}
+		if n := l.kernelCount(e.Cgroup, ebpf.AttachCGroupSockOps, pace); n != 0 {
+			t.Fatalf("%s: the pacing assist still runs %d times after its link was unpinned", e.Cgroup, n)
+		}
+	}
+	if want := map[string]bool{paced: false, unpaced: true}; !maps.Equal(enforced, want) {
+		t.Errorf("without the assist's links, hbm show says enforced %v, want %v (the assist is needed unless --no-pace)", enforced, want)
+	}
+	r := l.run(nil, "prune")
+	if r.killed || r.code != 0 {
+		t.Fatalf("hbm prune: exit %d: %s", r.code, r.errOut)
+	}
+	if !strings.Contains(r.errOut, "attached the egress assist of "+paced) {
+		t.Errorf("hbm prune does not say it attached the assist of %s again: %q", paced, r.errOut)
+	}
+	l.checkSettled("after prune", []string{paced, unpaced})
 }
