@@ -176,7 +176,11 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 
 	may_drop = !(cfg->flags & HBM_F_NO_DROP);
 	if (may_drop && v->p.is_tcp) {
-		if (v->dir == HBM_DIR_EGRESS && v->packets_out < cfg->min_inflight)
+		/* A refused SYN or SYN-ACK waits for TCP's 1 s handshake
+		 * timer: a connection's first round trip is never refused
+		 * (it carries no data). */
+		if (v->dir == HBM_DIR_EGRESS &&
+		    (v->packets_out < cfg->min_inflight || (v->p.tcp_flags & TCPF_SYN)))
 			may_drop = 0;
 		else if (v->dir == HBM_DIR_INGRESS && v->protected)
 			may_drop = 0;
