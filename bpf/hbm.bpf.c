@@ -66,10 +66,13 @@ int hbm_egress(struct __sk_buff *skb)
 			v.xfer = t - s->xfer_start < XFER_TIME;
 			/* TCP paces none of a connection's first segments,
 			 * nor the packet after them (no earlier packet set
-			 * its send time): what no share can hold. */
-			v.candidate = !s->tx_paced;
-			if (tp->data_segs_out - v.p.segs >= TCP_UNPACED_SEGS)
-				s->tx_paced = 1;
+			 * its send time), and the one after that only half
+			 * (the first's gap gets TCP's pacing credit: its
+			 * last send time is the connection's start): what no
+			 * share holds. */
+			v.candidate = s->tx_paced < 2;
+			if (v.candidate && tp->data_segs_out - v.p.segs >= TCP_UNPACED_SEGS)
+				s->tx_paced++;
 			v.counted = 1;
 		}
 	}

@@ -132,6 +132,11 @@ struct hbm_queue {
 	__u64 ctl_min_ns;  /* ... and its shortest (share_interval_pkts) */
 	__u32 recount;     /* 1: a flow left since the share was computed */
 	__u32 pad;
+	__s64 ctl_min_backlog_ns; /* egress: least backlog seen in the control interval
+	                           * (the standing queue, share.h) */
+	__u64 ctl_unpaced; /* egress: wire bytes TCP does not pace (a connection's
+	                    * first segments) in the control interval ... */
+	__u64 unpaced_Bps; /* ... as a rate, smoothed (the share's floor, share.h) */
 	struct hbm_stats st; /* the limit's counters */
 };
 
@@ -182,8 +187,9 @@ struct hbm_sock {
 	__u32 used_prev;
 	__u32 xfer_start;  /* egress: when its current transfer began (it sent
 	                    * after being idle), bpf_ktime_get_ns() >> 20 (share.h) */
-	__u32 tx_paced;    /* egress: 1 once TCP paces the socket: it sent a packet
-	                    * after its first TCP_UNPACED_SEGS segments (share.h) */
+	__u32 tx_paced;    /* egress: packets sent after its first TCP_UNPACED_SEGS
+	                    * segments, up to 2: what TCP does not yet pace in full
+	                    * (hbm.bpf.c) */
 	__u32 cwnd_applied; /* egress: the cwnd clamp the assist last set, segments
 	                     * (pacing.h; 0: none) */
 	__u32 pad;

@@ -209,9 +209,12 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 			/* Ingress: RPC bursts go first; the paced flows share
 			 * what they leave. Egress: a server's unpaced first
 			 * packets come at the rate its caps let connections
-			 * end, so the loop corrects for them, not the room. */
+			 * end, so the loop corrects for them, not the room;
+			 * they lower only the share's floor (share.h). */
 			if (v->candidate && v->dir == HBM_DIR_INGRESS)
 				q->ctl_fresh += v->p.wire_bytes;
+			else if (v->candidate)
+				q->ctl_unpaced += v->p.wire_bytes;
 			/* Paced packets only: what TCP does not pace (egress)
 			 * or an RPC's fresh burst (ingress) leaves whatever the
 			 * flow's share. */

@@ -303,6 +303,10 @@ static __always_inline void share_depart(struct hbm_queue *q, struct hbm_sock *s
 		q->seen_now = sat_sub(q->seen_now, w);
 		if (cur & SEEN_PREV_SEEN)
 			q->seen = sat_sub(q->seen, w);
+		/* A closed flow sends no more: out of the idle count too
+		 * (a connection per request goes idle, then closes). */
+		if (cur & SEEN_IDLED)
+			q->idled_now = sat_sub(q->idled_now, w);
 	} else if (cw == ((e - 1) & SEEN_WIN_MASK)) {
 		q->seen = sat_sub(q->seen, w);
 	}
@@ -383,6 +387,8 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		q->ctl_tcp_payload += p->payload;
 	}
 	dt = now - q->ctl_ns;
+	if (backlog < q->ctl_min_backlog_ns)
+		q->ctl_min_backlog_ns = backlog;
 	/* Over the drop threshold the group is far over its rate (a burst of
 	 * new flows, or flows that lost their caps): correct at once, at the
 	 * time of 128 packets, and all the way down. */
@@ -410,6 +416,9 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		y_rpc = q->ctl_fresh * 1000000ULL / (dt / 1000);
 		q->fresh_Bps = (q->fresh_Bps + y_rpc) / 2;
 		q->ctl_fresh = 0;
+		y_rpc = q->ctl_unpaced * 1000000ULL / (dt / 1000);
+		q->unpaced_Bps = (q->unpaced_Bps + y_rpc) / 2;
+		q->ctl_unpaced = 0;
 		q->ctl_ns = now;
 		q->ctl_min_ns = share_interval_pkts(rate);
 		q->ctl_len_ns = share_interval(q, rate);
@@ -419,11 +428,19 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		q->ctl_tcp_payload = 0;
 
 		/* target = rate * (1 - excess / drain), within [rate/16, 2 rate].
-		 * Egress drains over a control interval at least: a backlog
-		 * left by bursts within the interval is not a rate to correct
-		 * in 4 ms. dt < 2^33 here. */
-		if (egress && dt > drain)
-			drain = dt;
+		 * Egress steers the standing queue, the least backlog of the
+		 * interval (as CoDel does), and drains it over a control
+		 * interval at least: bursts of what caps cannot hold (a
+		 * connection's first segments) are not a rate to correct (the
+		 * backlog at the interval's end held 32 clients of 30 KB
+		 * responses at 0.87 of the limit). dt < 2^33 here. */
+		if (egress) {
+			if (dt > drain)
+				drain = dt;
+			if (q->ctl_min_backlog_ns < backlog)
+				backlog = q->ctl_min_backlog_ns;
+		}
+		q->ctl_min_backlog_ns = 0x7fffffffffffffffLL;
 		excess = backlog - share_target_ns(q, cfg, egress);
 		left = (__s64)drain - excess;
 		if (left < (__s64)(drain >> 4))
@@ -471,8 +488,14 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	 * 1.25-1.37 of the limit with them counted once). With flows that come
 	 * and go, the floor is below the fair share of those sending now. */
 	if (egress) {
+		/* What the paced flows get if all send at once: the room
+		 * less what no cap holds (a server's new connections' first
+		 * segments: 32 clients of 30 KB responses sent 2.5x the limit
+		 * with the floor at the whole room's share). */
+		c = q->unpaced_Bps * pq >> 16;
+		c = c < room - (room >> 3) ? room - c : room >> 3;
 		n = share_flows_seen(q) + (q->idled > q->idled_now ? q->idled : q->idled_now);
-		floor = room / n;
+		floor = c / n;
 		floor -= floor >> 6;
 	} else {
 		floor = fair - (fair >> 6);

@@ -64,36 +64,39 @@ type hbmHbmQueue struct {
 		_   structs.HostLayout
 		Val uint32
 	}
-	Frac          uint32
-	VtimeNs       uint64
-	ShareBps      uint64
-	CtlNs         uint64
-	CtlWire       uint64
-	CtlTcpWire    uint64
-	CtlTcpPayload uint64
-	EpochNs       uint64
-	Epoch         uint32
-	FlowsNow      uint32
-	Flows         uint32
-	PayloadQ16    uint32
-	CtlFresh      uint64
-	FreshBps      uint64
-	FreshVtNs     uint64
-	ShareMul      uint64
-	PktMaxNow     uint32
-	PktMax        uint32
-	SeenNow       uint32
-	Seen          uint32
-	BulkNow       uint32
-	Bulk          uint32
-	IdledNow      uint32
-	Idled         uint32
-	WinLenNs      uint64
-	CtlLenNs      uint64
-	CtlMinNs      uint64
-	Recount       uint32
-	Pad           uint32
-	St            hbmHbmStats
+	Frac            uint32
+	VtimeNs         uint64
+	ShareBps        uint64
+	CtlNs           uint64
+	CtlWire         uint64
+	CtlTcpWire      uint64
+	CtlTcpPayload   uint64
+	EpochNs         uint64
+	Epoch           uint32
+	FlowsNow        uint32
+	Flows           uint32
+	PayloadQ16      uint32
+	CtlFresh        uint64
+	FreshBps        uint64
+	FreshVtNs       uint64
+	ShareMul        uint64
+	PktMaxNow       uint32
+	PktMax          uint32
+	SeenNow         uint32
+	Seen            uint32
+	BulkNow         uint32
+	Bulk            uint32
+	IdledNow        uint32
+	Idled           uint32
+	WinLenNs        uint64
+	CtlLenNs        uint64
+	CtlMinNs        uint64
+	Recount         uint32
+	Pad             uint32
+	CtlMinBacklogNs int64
+	CtlUnpaced      uint64
+	UnpacedBps      uint64
+	St              hbmHbmStats
 }
 
 type hbmHbmSock struct {
