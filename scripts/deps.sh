@@ -11,6 +11,9 @@ command -v tc      >/dev/null || need+=(iproute2)
 # The daemon's end-to-end test scrapes it with a real Prometheus; promtool
 # (same package) lints the metrics.
 command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(prometheus)
+# hbm eval's web scenarios (and their test) run a real server and client.
+[ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v wrk >/dev/null || need+=(wrk)
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them" >&2
