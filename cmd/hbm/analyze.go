@@ -52,7 +52,9 @@ requester's host, this tells a network tail from an application tail. The
 requester is the side that sent the SYN, else the one with the higher port.
 
 A capture of headers only (tcpdump -s 128) is enough: payload lengths come
-from the IP headers.
+from the IP headers. A capture whose last record is cut short (tcpdump
+killed mid-write) is analysed up to it, with a warning on stderr (and in the
+JSON's "warnings").
 
 --json prints the analysis as JSON; --out DIR writes DIR/analysis.json and
 DIR/analysis.html, a self-contained page with per-round charts of each
@@ -70,6 +72,9 @@ connection's rate, window and marks.`,
 			rep, err := analyze.File(args[0])
 			if err != nil {
 				return err
+			}
+			for _, w := range rep.Warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "hbm: warning: %s: %s\n", args[0], w)
 			}
 			if outDir != "" {
 				if err := writeAnalysis(outDir, args[0], rep); err != nil {

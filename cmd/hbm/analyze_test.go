@@ -148,3 +148,40 @@ func TestAnalyzeExchanges(t *testing.T) {
 		t.Errorf("analysis.html lacks %q", want)
 	}
 }
+
+// TestAnalyzeTruncated: a capture whose last record is cut (tcpdump killed
+// mid-write) is analysed up to it, exit 0, with a warning on stderr only
+// (--json's stdout stays one JSON document, which also carries it).
+func TestAnalyzeTruncated(t *testing.T) {
+	path := writeCapture(t)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)-5], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"analyze", path}, {"analyze", "--json", path}} {
+		root := newRoot()
+		var stdout, stderr bytes.Buffer
+		root.SetOut(&stdout)
+		root.SetErr(&stderr)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Errorf("%v: %v, want the whole packets analysed", args, err)
+			continue
+		}
+		if w := stderr.String(); !strings.Contains(w, "hbm: warning: "+path+": the last record is cut short") {
+			t.Errorf("%v: stderr %q, want the warning", args, w)
+		}
+		if strings.Contains(stdout.String(), "warning") != (args[1] == "--json") {
+			t.Errorf("%v: stdout:\n%s", args, stdout.String())
+		}
+		if args[1] == "--json" {
+			var rep schema.Report
+			if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || len(rep.Connections) != 1 || len(rep.Warnings) != 1 {
+				t.Errorf("--json: %v: %+v", err, rep)
+			}
+		}
+	}
+}
