@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"text/tabwriter"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/analyze"
 	"github.com/hbm-dev/hbm/internal/analyze/schema"
+	"github.com/hbm-dev/hbm/internal/eval"
 )
 
 // hbm analyze: the per-round-trip view of a packet capture.
@@ -52,7 +52,9 @@ requester's host, this tells a network tail from an application tail. The
 requester is the side that sent the SYN, else the one with the higher port.
 
 A capture of headers only (tcpdump -s 128) is enough: payload lengths come
-from the IP headers.
+from the IP headers. A capture whose last record is cut short (tcpdump
+killed mid-write) is analysed up to it, with a warning on stderr (and in the
+JSON's "warnings").
 
 --json prints the analysis as JSON; --out DIR writes DIR/analysis.json and
 DIR/analysis.html, a self-contained page with per-round charts of each
@@ -70,6 +72,9 @@ connection's rate, window and marks.`,
 			rep, err := analyze.File(args[0])
 			if err != nil {
 				return err
+			}
+			for _, w := range rep.Warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "hbm: warning: %s: %s\n", args[0], w)
 			}
 			if outDir != "" {
 				if err := writeAnalysis(outDir, args[0], rep); err != nil {
@@ -95,26 +100,26 @@ connection's rate, window and marks.`,
 	return cmd
 }
 
+// writeAnalysis writes DIR/analysis.json and DIR/analysis.html, never
+// through a symbolic link: DIR must be a real directory (a link there is
+// refused), and each file is written to a temporary file renamed over it.
 func writeAnalysis(dir, capture string, rep *schema.Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	if err := eval.MkdirNoFollow(dir); err != nil {
+		return fmt.Errorf("--out: %w", err)
 	}
 	js, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "analysis.json"), append(js, '\n'), 0o644); err != nil {
+	if err := eval.WriteFileNoFollow(dir, "analysis.json", func(w io.Writer) error {
+		_, err := w.Write(append(js, '\n'))
+		return err
+	}); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(dir, "analysis.html"))
-	if err != nil {
-		return err
-	}
-	if err := analyze.WriteHTML(f, rep, filepath.Base(capture)); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return eval.WriteFileNoFollow(dir, "analysis.html", func(w io.Writer) error {
+		return analyze.WriteHTML(w, rep, filepath.Base(capture))
+	})
 }
 
 func printAnalysis(out io.Writer, rep *schema.Report, maxRounds int) {

@@ -148,3 +148,85 @@ func TestAnalyzeExchanges(t *testing.T) {
 		t.Errorf("analysis.html lacks %q", want)
 	}
 }
+
+// TestAnalyzeTruncated: a capture whose last record is cut (tcpdump killed
+// mid-write) is analysed up to it, exit 0, with a warning on stderr only
+// (--json's stdout stays one JSON document, which also carries it).
+func TestAnalyzeTruncated(t *testing.T) {
+	path := writeCapture(t)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b[:len(b)-5], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"analyze", path}, {"analyze", "--json", path}} {
+		root := newRoot()
+		var stdout, stderr bytes.Buffer
+		root.SetOut(&stdout)
+		root.SetErr(&stderr)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Errorf("%v: %v, want the whole packets analysed", args, err)
+			continue
+		}
+		if w := stderr.String(); !strings.Contains(w, "hbm: warning: "+path+": the last record is cut short") {
+			t.Errorf("%v: stderr %q, want the warning", args, w)
+		}
+		if strings.Contains(stdout.String(), "warning") != (args[1] == "--json") {
+			t.Errorf("%v: stdout:\n%s", args, stdout.String())
+		}
+		if args[1] == "--json" {
+			var rep schema.Report
+			if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || len(rep.Connections) != 1 || len(rep.Warnings) != 1 {
+				t.Errorf("--json: %v: %+v", err, rep)
+			}
+		}
+	}
+}
+
+// TestAnalyzeOutNoFollow: --out never writes through a symbolic link someone
+// placed at an output file (it is replaced) or at the directory (refused),
+// as eval's output does not.
+func TestAnalyzeOutNoFollow(t *testing.T) {
+	capture := writeCapture(t)
+	base := t.TempDir()
+	victim := filepath.Join(base, "victim")
+	if err := os.WriteFile(victim, []byte("keep me\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(base, "report")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"analysis.json", "analysis.html"} {
+		if err := os.Symlink(victim, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := runCLI("analyze", "--out", dir, capture); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep me\n" {
+		t.Errorf("written through a symbolic link: the link's target now holds %.60q", b)
+	}
+	for _, name := range []string{"analysis.json", "analysis.html"} {
+		if st, err := os.Lstat(filepath.Join(dir, name)); err != nil || !st.Mode().IsRegular() {
+			t.Errorf("%s: %v, %v; want a regular file", name, st, err)
+		}
+	}
+	// The directory itself a link: refused, nothing written through it.
+	target := filepath.Join(base, "elsewhere")
+	os.Mkdir(target, 0o755)
+	link := filepath.Join(base, "linked")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCLI("analyze", "--out", link, capture); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("--out through a linked directory: %v, want a refusal", err)
+	}
+	if ents, _ := os.ReadDir(target); len(ents) != 0 {
+		t.Errorf("written through a linked directory: %v", ents)
+	}
+}

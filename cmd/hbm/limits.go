@@ -13,6 +13,7 @@ import (
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/jsonout"
+	"github.com/hbm-dev/hbm/internal/safetext"
 )
 
 // The limit commands: set, unset, show, prune.
@@ -126,7 +127,7 @@ low rates.`,
 				if c.Limit.NoDrop {
 					mode = " (mark only)"
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limited to %v%s\n", g.Rel, c.Dir, c.Limit.Rate, mode)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limited to %v%s\n", safetext.Quote(g.Rel), c.Dir, c.Limit.Rate, mode)
 			}
 			return nil
 		},
@@ -138,7 +139,7 @@ low rates.`,
 // warn prints what the manager could not do without failing.
 func warn(m *dataplane.Manager) {
 	for _, w := range m.Warnings {
-		fmt.Fprintf(os.Stderr, "hbm: warning: %s\n", w)
+		fmt.Fprintf(os.Stderr, "hbm: warning: %s\n", safetext.Quote(w))
 	}
 }
 
@@ -196,7 +197,7 @@ no limit named is set.`,
 				return err
 			}
 			for _, c := range changes {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limit removed\n", g.Rel, c.Dir)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limit removed\n", safetext.Quote(g.Rel), c.Dir)
 			}
 			return nil
 		},
@@ -216,8 +217,8 @@ func groupEntries(es []dataplane.Entry) []jsonout.Group {
 		if !ok {
 			i = len(out)
 			idx[e.CgroupID] = i
-			out = append(out, jsonout.Group{Cgroup: e.Cgroup, CgroupID: e.CgroupID, Removed: e.Gone,
-				Unresolved: e.Cgroup == "" && !e.Gone})
+			out = append(out, jsonout.NewGroup(e.Cgroup, e.CgroupID))
+			out[i].Removed, out[i].Unresolved = e.Gone, e.Cgroup == "" && !e.Gone
 		}
 		d := &jsonout.Direction{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced,
 			Bytes: e.Stats.Bytes, Packets: e.Stats.Packets, Marked: e.Stats.Marked, CWR: e.Stats.CWR,
@@ -281,7 +282,7 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tENFORCED\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\t")
 	for _, e := range es {
-		name := e.Cgroup
+		name := safetext.Quote(e.Cgroup)
 		switch {
 		case e.Gone:
 			name = fmt.Sprintf("(removed, id %d)", e.CgroupID)

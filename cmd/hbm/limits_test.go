@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/jsonout"
@@ -62,4 +65,75 @@ func sameDir(a, b *jsonout.Direction) bool {
 		return a == b
 	}
 	return *a == *b
+}
+
+// Hostile cgroup names: the owner of a delegated subtree chooses them.
+var hostile = []dataplane.Entry{
+	{CgroupID: 1, Cgroup: "/plain/batch", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+	{CgroupID: 2, Cgroup: "/d/\x1b[2J\x1b[Hroot", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+	{CgroupID: 3, Cgroup: "/d/a\rb", Dir: dataplane.Ingress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+	{CgroupID: 4, Cgroup: "/d/\xff\xfe", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+	{CgroupID: 5, Cgroup: "/d/tab\there", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+}
+
+// TestShowTableHostileNames: hbm show's table prints no control byte and no
+// invalid UTF-8 a cgroup name carries: such a name is printed Go-quoted
+// (strconv.Quote), an ordinary one as it is.
+func TestShowTableHostileNames(t *testing.T) {
+	var buf bytes.Buffer
+	if err := writeTable(&buf, hostile); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !utf8.ValidString(out) {
+		t.Errorf("invalid UTF-8 in the table:\n%q", out)
+	}
+	if i := strings.IndexFunc(out, func(r rune) bool { return r < 0x20 && r != '\n' || r == 0x7f }); i >= 0 {
+		t.Errorf("control byte %q in the table:\n%q", out[i], out)
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		names = append(names, strings.Fields(line)[0])
+	}
+	want := []string{"/plain/batch", `"/d/\x1b[2J\x1b[Hroot"`, `"/d/a\rb"`, `"/d/\xff\xfe"`, `"/d/tab\there"`}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		t.Errorf("names %q, want %q:\n%s", names, want, out)
+	}
+}
+
+// TestShowJSONHostileNames: --json keeps the names exact. JSON escapes
+// control characters itself; a name that is not valid UTF-8 cannot be a
+// JSON string (encoding/json puts U+FFFD for each bad byte), so its exact
+// bytes are also given, base64, in cgroup_bytes.
+func TestShowJSONHostileNames(t *testing.T) {
+	var buf bytes.Buffer
+	if err := writeJSON(&buf, groupEntries(hostile)); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.ContainsAny(buf.Bytes(), "\x1b\r\t") || !utf8.Valid(buf.Bytes()) {
+		t.Errorf("raw control bytes or invalid UTF-8 in the JSON: %q", buf.Bytes())
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatalf("%v: %s", err, buf.Bytes())
+	}
+	if len(got) != len(hostile) {
+		t.Fatalf("%d groups, want %d: %s", len(got), len(hostile), buf.Bytes())
+	}
+	for i, e := range hostile {
+		name, _ := got[i]["cgroup"].(string)
+		raw, hasRaw := got[i]["cgroup_bytes"]
+		if utf8.ValidString(e.Cgroup) {
+			if name != e.Cgroup || hasRaw {
+				t.Errorf("group %d: cgroup %q, cgroup_bytes %v; want %q and none", e.CgroupID, name, raw, e.Cgroup)
+			}
+			continue
+		}
+		b64, _ := raw.(string)
+		exact, err := base64.StdEncoding.DecodeString(b64)
+		if name != "/d/\uFFFD\uFFFD" || err != nil || string(exact) != e.Cgroup {
+			t.Errorf("group %d: cgroup %q, cgroup_bytes %v (%q, %v); want U+FFFD per bad byte and the exact bytes %q",
+				e.CgroupID, name, raw, exact, err, e.Cgroup)
+		}
+	}
 }

@@ -59,6 +59,7 @@ func Read(r io.Reader) (*schema.Report, error) {
 		a       = analyzer{conns: map[connKey]*conn{}}
 		p       packet
 		n, ntcp int64
+		warn    string
 	)
 	for {
 		data, ci, err := src.ZeroCopyReadPacketData()
@@ -66,7 +67,16 @@ func Read(r io.Reader) (*schema.Report, error) {
 			if errors.Is(err, io.EOF) && ci.CaptureLength == 0 {
 				break // the clean end: no packet header started
 			}
-			return nil, fmt.Errorf("capture truncated or malformed after %d packets: %w", n, describe(err))
+			if !cut(err) {
+				return nil, fmt.Errorf("capture malformed after %d packets: %w", n, err)
+			}
+			// The last record is cut short (tcpdump killed mid-write):
+			// analyse the whole packets before it, as Wireshark does.
+			if n == 0 {
+				return nil, fmt.Errorf("capture cut in its first record: %w", describe(err))
+			}
+			warn = fmt.Sprintf("the last record is cut short (the capture was stopped mid-write?): analysed the %d whole packets before it", n)
+			break
 		}
 		n++
 		if !dec.decode(data, ci.Length, &p) {
@@ -77,9 +87,21 @@ func Read(r io.Reader) (*schema.Report, error) {
 		a.add(&p)
 	}
 	if ntcp == 0 {
+		if warn != "" {
+			return nil, fmt.Errorf("%w (%d packets of link type %s read, then a cut record)", ErrNoTCP, n, src.LinkType())
+		}
 		return nil, fmt.Errorf("%w (%d packets of link type %s read)", ErrNoTCP, n, src.LinkType())
 	}
-	return a.report(), nil
+	rep := a.report()
+	if warn != "" {
+		rep.Warnings = append(rep.Warnings, warn)
+	}
+	return rep, nil
+}
+
+// cut reports whether a read error means the file ends inside a record.
+func cut(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 type analyzer struct {

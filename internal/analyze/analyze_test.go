@@ -3,6 +3,7 @@ package analyze
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -300,14 +301,13 @@ func TestErrors(t *testing.T) {
 		data []byte
 		want string
 	}{
-		"empty":           {nil, "empty file"},
-		"garbage":         {[]byte("this is not a capture file at all"), "not a pcap or pcapng capture"},
-		"short header":    {good[:10], "truncated"},
-		"cut in a packet": {good[:len(good)-7], "capture truncated or malformed after 14 packets"},
-		"cut in a record": {good[:24+16+60+5], "capture truncated or malformed after 1 packets"},
-		"pcapng cut":      {capture(t, basic(), capOpts{ng: true})[:300], "truncated"},
-		"udp only":        {udpCapture(t), "no TCP segments in the capture (3 packets"},
-		"wifi":            {wifi, "unsupported link type 105"},
+		"empty":        {nil, "empty file"},
+		"garbage":      {[]byte("this is not a capture file at all"), "not a pcap or pcapng capture"},
+		"short header": {good[:10], "truncated"},
+		"cut, no TCP":  {good[:24+16+5], "capture cut in its first record"}, // nothing whole to analyse
+		"pcapng cut":   {capture(t, basic(), capOpts{ng: true})[:20], "truncated"},
+		"udp only":     {udpCapture(t), "no TCP segments in the capture (3 packets"},
+		"wifi":         {wifi, "unsupported link type 105"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Read(bytes.NewReader(tc.data))
@@ -378,5 +378,40 @@ func TestExchanges(t *testing.T) {
 	// A one-way transfer has none.
 	if c := one(t, analyse(t, capture(t, basic(), capOpts{}))); c.Exchanges != nil {
 		t.Errorf("bulk transfer: exchanges %+v, want none", c.Exchanges)
+	}
+}
+
+// TestTruncatedCapture: a capture whose last record is cut (tcpdump killed
+// mid-write) is analysed up to its last whole record, as Wireshark does,
+// with a warning in the report; pcap and pcapng, the cut in the record's
+// header or in its data.
+func TestTruncatedCapture(t *testing.T) {
+	segs := basic()
+	for _, o := range []capOpts{{}, {ng: true}, {link: layers.LinkTypeLinuxSLL2, v6: true}} {
+		full := capture(t, segs, o)
+		prefix := capture(t, segs[:len(segs)-1], o)
+		if !bytes.HasPrefix(full, prefix) {
+			t.Fatalf("%+v: the capture of fewer segments is not a prefix", o)
+		}
+		want := analyse(t, prefix)
+		for _, cut := range []int{len(prefix) + 1, len(prefix) + 7, len(prefix) + 16, len(prefix) + 17, len(full) - 1} {
+			rep, err := Read(bytes.NewReader(full[:cut]))
+			if err != nil {
+				t.Errorf("%+v cut at %d of %d: %v, want the analysis of the %d whole packets", o, cut, len(full), err, len(segs)-1)
+				continue
+			}
+			if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "last record is cut short") ||
+				!strings.Contains(rep.Warnings[0], fmt.Sprintf("the %d whole packets", len(segs)-1)) {
+				t.Errorf("%+v cut at %d: warnings %q, want one saying the last record is cut short and the %d whole packets were analysed", o, cut, rep.Warnings, len(segs)-1)
+			}
+			got := *rep
+			got.Warnings = nil
+			if !reflect.DeepEqual(&got, want) {
+				t.Errorf("%+v cut at %d: analysis\n%+v\nwant that of the whole packets\n%+v", o, cut, got, want)
+			}
+		}
+		if rep := analyse(t, full); len(rep.Warnings) != 0 {
+			t.Errorf("%+v: whole capture: warnings %q", o, rep.Warnings)
+		}
 	}
 }

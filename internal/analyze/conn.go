@@ -48,7 +48,17 @@ type segRec struct {
 	end     int64
 	t       int64
 	retrans bool // some of its bytes were sent again: no sample (Karn)
+	// skip, once retrans is set: an index in flow.q past this one below
+	// which every segment is marked too, so that marking a range again
+	// skips what is marked (path-compressed, as in union-find).
+	skip int
 }
+
+// maxPendingRx bounds the retransmissions kept waiting for their ACK to be
+// judged spurious or not, so that each ACK's and DSACK's work is bounded
+// whatever the capture (a crafted one would otherwise cost O(n^2)). Past
+// it, the oldest is counted as needed (never spurious) without waiting.
+const maxPendingRx = 1024
 
 // rxRec is a retransmission, kept to judge whether it was spurious.
 type rxRec struct {
@@ -216,22 +226,28 @@ func (c *conn) data(p *packet, s int) {
 		f.retrans += segs
 		r.retrans += segs
 		f.markRetrans(start, re)
+		if f.rxPending >= maxPendingRx {
+			f.retireOldestRx()
+		}
 		f.rx = append(f.rx, rxRec{start: start, end: re, t: p.ts, segs: segs})
 		f.rxPending++
+		f.compactRx()
 	}
 	if end > f.sndMax {
-		f.q = append(f.q, segRec{end: end, t: p.ts, retrans: start < f.sndMax})
+		f.q = append(f.q, segRec{end: end, t: p.ts, retrans: start < f.sndMax, skip: len(f.q) + 1})
 		f.sndMax = end
 		c.ex.onData(s, end, p.ts, c.requester())
 	}
 }
 
 // markRetrans marks the queued segments overlapping [start, end) as
-// retransmitted: their ACKs give no RTT sample.
+// retransmitted: their ACKs give no RTT sample. Segments already marked are
+// skipped over, so each is marked once however often ranges are sent again.
 func (f *flow) markRetrans(start, end int64) {
-	q := f.q[f.qh:]
-	// The first segment ending after start (segments are in sequence order).
-	lo, hi := 0, len(q)
+	q := f.q
+	// The first segment ending after start (segments are in sequence order,
+	// their ends increasing).
+	lo, hi := f.qh, len(q)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if q[m].end <= start {
@@ -240,12 +256,36 @@ func (f *flow) markRetrans(start, end int64) {
 			hi = m
 		}
 	}
-	for i := lo; i < len(q); i++ {
+	for i := lo; i < len(q); {
 		if i > lo && q[i-1].end >= end {
 			break
 		}
-		q[i].retrans = true
+		if q[i].retrans {
+			i = f.unmarked(i)
+			continue
+		}
+		q[i].retrans, q[i].skip = true, i+1
+		i++
 	}
+	if lo < len(q) {
+		f.unmarked(lo) // compress the run just marked
+	}
+}
+
+// unmarked returns the first index from i whose segment is not marked
+// (len(f.q) if none), and points the runs it crossed there.
+func (f *flow) unmarked(i int) int {
+	q := f.q
+	r := i
+	for r < len(q) && q[r].retrans {
+		r = q[r].skip
+	}
+	for j := i; j < r && q[j].retrans; {
+		next := q[j].skip
+		q[j].skip = r
+		j = next
+	}
+	return r
 }
 
 // ackOf accounts the acknowledgement p carries of flow s's data.
@@ -303,6 +343,9 @@ func (c *conn) ackOf(p *packet, s int) {
 		}
 		if f.qh > 1024 && f.qh*2 > len(f.q) { // reuse the queue's memory
 			f.q = f.q[:copy(f.q, f.q[f.qh:])]
+			for i := range f.q {
+				f.q[i].skip -= f.qh
+			}
 			f.qh = 0
 		}
 		f.ackRetrans(a, p.ts)
@@ -334,14 +377,33 @@ func (f *flow) ackRetrans(a, t int64) {
 			f.spurious += x.segs
 		}
 	}
-	if len(f.rx) > 256 { // keep the unacknowledged and the 64 latest for DSACKs
-		keep := f.rx[:0]
-		for i, x := range f.rx {
-			if !x.acked || i >= len(f.rx)-64 {
-				keep = append(keep, x)
-			}
+	f.compactRx()
+}
+
+// compactRx keeps the unacknowledged retransmissions (at most maxPendingRx)
+// and the 64 latest for DSACKs once there are more than 256 records.
+func (f *flow) compactRx() {
+	if len(f.rx) <= 256 || len(f.rx) <= f.rxPending+64 {
+		return
+	}
+	keep := f.rx[:0]
+	for i, x := range f.rx {
+		if !x.acked || i >= len(f.rx)-64 {
+			keep = append(keep, x)
 		}
-		f.rx = keep
+	}
+	f.rx = keep
+}
+
+// retireOldestRx stops waiting for the oldest pending retransmission's ACK:
+// it stays counted, as needed.
+func (f *flow) retireOldestRx() {
+	for i := range f.rx {
+		if !f.rx[i].acked {
+			f.rx[i].acked = true
+			f.rxPending--
+			return
+		}
 	}
 }
 

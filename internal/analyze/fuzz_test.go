@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket/layers"
 
@@ -37,7 +38,13 @@ func FuzzRead(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		start := time.Now()
 		rep, err := Read(bytes.NewReader(data))
+		// Time as well as crashes: a budget linear in the input's size
+		// (100 ns a byte plus 100 ms: some 30 times the reader's rate).
+		if took, budget := time.Since(start), 100*time.Millisecond+time.Duration(len(data))*100*time.Nanosecond; took > budget {
+			t.Fatalf("%d bytes took %v, over the budget of %v", len(data), took, budget)
+		}
 		if err != nil {
 			if rep != nil {
 				t.Fatalf("a report with the error %v", err)
@@ -90,4 +97,59 @@ func TestFuzzSeeds(t *testing.T) {
 	if valid < 6 {
 		t.Errorf("only %d seeds analysed cleanly, want at least the 6 whole captures", valid)
 	}
+}
+
+// worstCase is a capture crafted against per-ACK scans: n one-byte segments,
+// then n retransmissions each covering all of them (every queued segment
+// marked again), n DSACK ACKs that do not advance (each matched against
+// every pending retransmission), and n ACKs advancing one byte at a time
+// (each judging the pending retransmissions). Headers only (snap 54): the
+// lengths come from the IP headers.
+func worstCase(t testing.TB, n int) []byte {
+	s := handshake()
+	at := int64(1000)
+	for i := range n {
+		s = append(s, d(at, uint32(i), 1))
+		at++
+	}
+	for range n {
+		s = append(s, d(at, 0, n))
+		at++
+	}
+	for range n {
+		ack := a(at, 0)
+		ack.sack = [][2]uint32{{cs(0), cs(1)}, {cs(0), cs(2)}}
+		s = append(s, ack)
+		at++
+	}
+	for i := 1; i <= n; i++ {
+		s = append(s, a(at, uint32(i)))
+		at++
+	}
+	return capture(t, s, capOpts{snap: 54})
+}
+
+// TestWorstCaseTime: the crafted capture is analysed in time linear in its
+// size (the per-ACK and per-retransmission work is bounded), under a
+// generous bound: 30,000 of each kind took over 10 s when every ACK
+// scanned every pending retransmission and every retransmission re-marked
+// every queued segment; well under a second now, even niced on a busy
+// machine. The fuzz target's inputs are held to the same rate.
+func TestWorstCaseTime(t *testing.T) {
+	const n = 30_000
+	data := worstCase(t, n)
+	start := time.Now()
+	rep, err := Read(bytes.NewReader(data))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReport(t, rep)
+	if c := rep.Connections[0]; c.Retransmissions < n {
+		t.Errorf("%d retransmissions, want at least %d", c.Retransmissions, n)
+	}
+	if limit := 3 * time.Second; took > limit {
+		t.Errorf("%d packets (%d bytes) took %v, want under %v: quadratic work per packet", 4*n+3, len(data), took, limit)
+	}
+	t.Logf("%d packets in %v", 4*n+3, took)
 }

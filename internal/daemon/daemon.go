@@ -14,6 +14,7 @@ import (
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/metrics"
+	"github.com/hbm-dev/hbm/internal/safetext"
 )
 
 // Options configure the daemon.
@@ -264,7 +265,7 @@ func (d *Daemon) apply(res Resolution) (passStats, error) {
 		}
 	}
 	for _, c := range plan.Conflicts {
-		d.log.Printf("conflict: %s", c)
+		d.log.Printf("conflict: %s", safetext.Quote(c))
 	}
 	for _, op := range plan.Ops {
 		if err := d.applyOp(m, own, op); err != nil {
@@ -274,15 +275,15 @@ func (d *Daemon) apply(res Resolution) (passStats, error) {
 		for _, c := range op.Changes {
 			if c.Limit != nil {
 				st.changed++
-				d.log.Printf("%s: %v limited to %v", op.Group.Rel, c.Dir, c.Limit.Rate)
+				d.log.Printf("%s: %v limited to %v", safetext.Quote(op.Group.Rel), c.Dir, c.Limit.Rate)
 			} else {
 				st.removed++
-				d.log.Printf("%s: %v limit removed", op.Group.Rel, c.Dir)
+				d.log.Printf("%s: %v limit removed", safetext.Quote(op.Group.Rel), c.Dir)
 			}
 		}
 	}
 	for _, w := range m.Warnings {
-		d.log.Printf("warning: %s", w)
+		d.log.Printf("warning: %s", safetext.Quote(w))
 	}
 	labels := map[uint64]metrics.GroupLabels{}
 	for k, t := range res.Targets {

@@ -69,3 +69,13 @@ func writeFileNoFollow(dir, name string, write func(io.Writer) error) error {
 	}
 	return nil
 }
+
+// MkdirNoFollow and WriteFileNoFollow are the same for other commands'
+// output directories (hbm analyze --out).
+func MkdirNoFollow(path string) error { return mkdirNoFollow(path) }
+
+// WriteFileNoFollow writes dir/name through a temporary file renamed over
+// it (see writeFileNoFollow).
+func WriteFileNoFollow(dir, name string, write func(io.Writer) error) error {
+	return writeFileNoFollow(dir, name, write)
+}

@@ -25,19 +25,27 @@ const (
 	EgressAnnotation  = "kubernetes.io/egress-bandwidth"
 )
 
-// kubelet's bounds (pkg/util/bandwidth: minRsrc, maxRsrc).
+// kubelet's bounds (pkg/util/bandwidth: minRsrc 1k, maxRsrc 1P), the lower
+// one as the largest value whose rounded-up integer is below 1k.
 var (
-	minBandwidth = resource.MustParse("1k")
-	maxBandwidth = resource.MustParse("1P")
+	belowBandwidth = resource.MustParse("999")
+	maxBandwidth   = resource.MustParse("1P")
 )
 
 // validateBandwidthIsReasonable is kubelet's check of the same name, with
-// its messages: a Quantity's integer value must lie within [1k, 1P].
+// its messages: a Quantity's integer value (rounded up) must lie within
+// [1k, 1P]. kubelet compares q.Value(), which is the value modulo 2^64
+// (resource.Quantity does not saturate there): "-18446744072709551616"
+// (-2^64 + 1e9) passes its check as 1G and "18446744073709551616" (2^64)
+// fails it as 0. This compares the exact values instead, so every value
+// outside the range is refused with the message for its side, and a value
+// within it is judged as kubelet judges it: ceil(q) < 1k is q <= 999,
+// ceil(q) > 1P is q > 1P.
 func validateBandwidthIsReasonable(q *resource.Quantity) error {
-	if q.Value() < minBandwidth.Value() {
+	if q.Cmp(belowBandwidth) <= 0 {
 		return fmt.Errorf("resource is unreasonably small (< 1kbit)")
 	}
-	if q.Value() > maxBandwidth.Value() {
+	if q.Cmp(maxBandwidth) > 0 {
 		return fmt.Errorf("resource is unreasonably large (> 1Pbit)")
 	}
 	return nil
@@ -81,7 +89,10 @@ func ExtractPodBandwidthResources(annotations map[string]string) (ingress, egres
 // kubelet takes but hbm cannot enforce is an error too (reported the same
 // way, never rounded into a different limit).
 func toRate(q *resource.Quantity) (rate.Rate, error) {
-	v := q.Value() // bits per second, rounded up as kubelet rounds
+	if err := validateBandwidthIsReasonable(q); err != nil {
+		return 0, err // q.Value() below would wrap
+	}
+	v := q.Value() // bits per second, rounded up as kubelet rounds; exact within [1k, 1P]
 	if v < int64(rate.Min) || v > int64(rate.Max) {
 		return 0, fmt.Errorf("%s bit/s is outside the range hbm enforces (%v to %v)", q.String(), rate.Min, rate.Max)
 	}

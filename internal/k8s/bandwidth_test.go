@@ -114,3 +114,66 @@ func TestParseLimits(t *testing.T) {
 		}
 	}
 }
+
+// A Quantity's Value() is its integer value modulo 2^64: kubelet's own check
+// compares Value(), so "-18446744072709551616" (-2^64 + 1e9) would pass it
+// as 1 Gbit/s and "18446744073709551616" (2^64) read as 0. hbm compares the
+// exact value: whatever lies outside [1k, 1P] is refused, however large,
+// and an in-range fraction is rounded up as kubelet rounds it.
+func TestBandwidthQuantityEdges(t *testing.T) {
+	const small, large = "resource is unreasonably small (< 1kbit)", "resource is unreasonably large (> 1Pbit)"
+	for _, c := range []struct {
+		v    string
+		err  string    // exact message; "" for none
+		rate rate.Rate // ParseLimits' rate when err is ""
+	}{
+		{v: "9223372036854775807", err: large},   // 2^63-1
+		{v: "9223372036854775808", err: large},   // 2^63: Value() is -2^63
+		{v: "18446744073709551615", err: large},  // 2^64-1: Value() is -1
+		{v: "18446744073709551616", err: large},  // 2^64: Value() is 0
+		{v: "18446744074709551616", err: large},  // 2^64+1e9: Value() is 1e9
+		{v: "36893488147419103232", err: large},  // 2^65
+		{v: "-18446744072709551616", err: small}, // -2^64+1e9: Value() is 1e9
+		{v: "-9223372036854775808", err: small},  // -2^63
+		{v: "-9223372036854775809", err: small},  // -2^63-1: Value() wraps to 2^63-1
+		{v: "-1", err: small},
+		{v: "0", err: small},
+		{v: "1e20", err: large}, // Value() is 0
+		{v: "1E", err: large},
+		{v: "1e308", err: large},
+		{v: "100000000000000000000000000000000001000000000", err: large}, // Value() is 8.0e16
+		{v: "8Ei", err: large},
+		{v: "-8Ei", err: small},
+		{v: "-1e308", err: small},
+		{v: "1e-300", err: small},
+		{v: "1n", err: small}, // Value() rounds up to 1
+		{v: "999", err: small},
+		{v: "999.0001"}, // kubelet rounds up to 1000: valid for kubelet, too low for hbm
+		{v: "1000.5"},   // kubelet: 1001
+		{v: "1P"},
+		{v: "1000000000000000.1", err: large}, // rounds up past 1P
+		{v: "1.5M", rate: 1_500_000},
+		{v: "400G", rate: 400e9},
+		{v: "8k", rate: 8000},
+		{v: "8000.5", rate: 8001}, // fractional bits round up, as kubelet
+		{v: "10Mi", rate: 10 << 20},
+	} {
+		_, eg, err := ExtractPodBandwidthResources(map[string]string{EgressAnnotation: c.v})
+		if c.err != "" {
+			if err == nil || err.Error() != c.err {
+				t.Errorf("%s: err %v (value %v), want %q", c.v, err, eg, c.err)
+			}
+		} else if err != nil {
+			t.Errorf("%s: %v, want valid", c.v, err)
+		}
+		l, err := ParseLimits(map[string]string{EgressAnnotation: c.v})
+		switch {
+		case c.rate == 0 && err == nil:
+			t.Errorf("%s: ParseLimits gives %v, want an error", c.v, l.Egress.Rate)
+		case c.rate != 0 && err != nil:
+			t.Errorf("%s: ParseLimits: %v, want %v", c.v, err, c.rate)
+		case c.rate != 0 && l.Egress.Rate != c.rate:
+			t.Errorf("%s: ParseLimits gives %v, want %v", c.v, l.Egress.Rate, c.rate)
+		}
+	}
+}

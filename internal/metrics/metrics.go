@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/safetext"
 )
 
 // DefaultAddr is where the daemon serves /metrics by default.
@@ -91,7 +92,11 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		l := labels[e.CgroupID]
-		lv := []string{e.Cgroup, e.Dir.String(), l.Unit, l.Namespace, l.Pod}
+		// Label values must be valid UTF-8 (client_golang refuses the
+		// series otherwise, and the collector's panic drops every series
+		// after it); a name with control bytes would be valid but unsafe
+		// to show. Both are Go-quoted, as hbm show prints them.
+		lv := []string{safetext.Quote(e.Cgroup), e.Dir.String(), safetext.Quote(l.Unit), safetext.Quote(l.Namespace), safetext.Quote(l.Pod)}
 		counter := func(d *prometheus.Desc, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), lv...)
 		}

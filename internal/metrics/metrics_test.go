@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -123,5 +124,67 @@ func TestReadOnly(t *testing.T) {
 		if resp.StatusCode != 404 {
 			t.Errorf("GET /: %s, want 404", resp.Status)
 		}
+	}
+}
+
+// TestHostileGroupNames: a cgroup name with control bytes or invalid UTF-8
+// (the owner of a delegated subtree chooses it) neither breaks the scrape
+// nor hides other groups' series: its group label is the name Go-quoted
+// (as hbm show prints it), every series is there, the exposition is valid
+// UTF-8 and passes the linter (and promtool when installed).
+func TestHostileGroupNames(t *testing.T) {
+	es := []dataplane.Entry{
+		{CgroupID: 11, Cgroup: "/d/\xff\xfe", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+		{CgroupID: 12, Cgroup: "/d/\x1b[2J\x1b[Hroot", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+		{CgroupID: 13, Cgroup: "/d/a\rb\nc", Dir: dataplane.Ingress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}},
+		{CgroupID: 14, Cgroup: "/plain", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 1e9}, Stats: dataplane.Stats{Bytes: 42}},
+	}
+	// (scrape labels ids 2 and 5; these have none.)
+	list := func() ([]dataplane.Entry, error) { return es, nil }
+	var out string
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("scrape panicked: %v", r)
+			}
+		}()
+		out = scrape(t, list)
+	}()
+	if !utf8.ValidString(out) {
+		t.Errorf("invalid UTF-8 in the exposition:\n%q", out)
+	}
+	if strings.ContainsAny(out, "\x1b\r") {
+		t.Errorf("raw control bytes in the exposition:\n%q", out)
+	}
+	for _, want := range []string{
+		`hbm_group_bytes_total{direction="egress",group="\"/d/\\xff\\xfe\"",namespace="",pod="",unit=""} 0`,
+		`hbm_group_bytes_total{direction="egress",group="\"/d/\\x1b[2J\\x1b[Hroot\"",namespace="",pod="",unit=""} 0`,
+		`hbm_group_bytes_total{direction="ingress",group="\"/d/a\\rb\\nc\"",namespace="",pod="",unit=""} 0`,
+		`hbm_group_bytes_total{direction="egress",group="/plain",namespace="",pod="",unit=""} 42`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "hbm_group_bytes_total{"); n != 4 {
+		t.Errorf("%d hbm_group_bytes_total series, want 4:\n%s", n, out)
+	}
+	reg, _ := NewRegistry("test", NewGroupCollector(list, nil))
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	if _, err := exec.LookPath("promtool"); err != nil {
+		t.Skip("promtool not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "promtool", "check", "metrics")
+	cmd.Stdin = strings.NewReader(out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v: %s", err, b)
 	}
 }

@@ -45,6 +45,14 @@ func TestParse(t *testing.T) {
 		{"10mb", "unknown unit"},
 		{"1e9bit", "unknown unit"},
 		{"99999999999999999999999999gbit", "out of range"},
+		// Integers past 2^63 and 2^64 never wrap into the range.
+		{"9223372036854775807bit", "out of range"},
+		{"9223372036854775808bit", "out of range"},
+		{"18446744073709551616bit", "out of range"},
+		{"18446744074709551616bit", "out of range"},
+		{"-18446744072709551616bit", "want a number"},
+		{"400000000000.6bit", "out of range"},
+		{"1" + strings.Repeat("0", 400) + "bit", "bad number"},
 	}
 	for _, c := range bad {
 		_, err := Parse(c.in)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/rate"
+	"github.com/hbm-dev/hbm/internal/safetext"
 )
 
 // Sample is one reading of the data plane.
@@ -87,10 +88,10 @@ func Render(w io.Writer, rows []Row, at time.Time, interval time.Duration) error
 	fmt.Fprintln(tw, "CGROUP\tDIR\tLIMIT\tRATE\tUSE\t\tMARKS/S\tDROPS/S\t")
 	for _, r := range rows {
 		if r.New {
-			fmt.Fprintf(tw, "%s\t%v\t%v\t-\t-\t\t-\t-\t\n", r.Group, r.Dir, r.Limit)
+			fmt.Fprintf(tw, "%s\t%v\t%v\t-\t-\t\t-\t-\t\n", safetext.Quote(r.Group), r.Dir, r.Limit)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%.0f%%\t%s\t%.0f\t%.0f\t\n", r.Group, r.Dir, r.Limit, human(r.Bps), 100*r.Use, bar(r.Use, 20), r.MarksPS, r.DropsPS)
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%.0f%%\t%s\t%.0f\t%.0f\t\n", safetext.Quote(r.Group), r.Dir, r.Limit, human(r.Bps), 100*r.Use, bar(r.Use, 20), r.MarksPS, r.DropsPS)
 	}
 	return tw.Flush()
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/rate"
@@ -64,3 +65,36 @@ func TestRows(t *testing.T) {
 }
 
 func rateOf(f float64) rate.Rate { return rate.Rate(f) }
+
+// TestRenderHostileNames: hbm top prints no control byte and no invalid
+// UTF-8 a cgroup name carries (the owner of a delegated subtree chooses
+// it); such a name is printed Go-quoted, an ordinary one as it is.
+func TestRenderHostileNames(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var prev, cur Sample
+	prev.At, cur.At = t0, t0.Add(time.Second)
+	names := []string{"/plain", "/d/\x1b[2J\x1b[Hroot", "/d/a\rb", "/d/\xff\xfe"}
+	for i, n := range names {
+		e := entry(uint64(i+1), n, 0, 0, 0, 0)
+		e.Limit.Rate = 1e9
+		prev.Entries = append(prev.Entries, e)
+		e.Stats.Bytes = uint64(i+1) * 1e6
+		cur.Entries = append(cur.Entries, e)
+	}
+	var buf bytes.Buffer
+	if err := Render(&buf, Rows(prev, cur), cur.At, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if !utf8.ValidString(out) {
+		t.Errorf("invalid UTF-8 in the frame:\n%q", out)
+	}
+	if i := strings.IndexFunc(out, func(r rune) bool { return r < 0x20 && r != '\n' || r == 0x7f }); i >= 0 {
+		t.Errorf("control byte %q in the frame:\n%q", out[i], out)
+	}
+	for _, want := range []string{"/plain", `"/d/\x1b[2J\x1b[Hroot"`, `"/d/a\rb"`, `"/d/\xff\xfe"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("frame lacks %s:\n%s", want, out)
+		}
+	}
+}

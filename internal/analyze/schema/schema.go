@@ -7,6 +7,9 @@ package schema
 // Report is the whole analysis of one capture.
 type Report struct {
 	Connections []Connection `json:"connections"`
+	// Warnings says what of the capture was not analysed (a last record
+	// cut short: the packets before it are); absent when none.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Connection is one TCP connection, seen from its data sender: src is the
