@@ -374,7 +374,7 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 					 int changed)
 {
 	__u64 rate = cfg->rate_bps / 8, m = q->share_mul, dt, y, y_rpc, target, ratio, fair, ceil, c;
-	__u64 room, floor, drain = SHARE_DRAIN_NS;
+	__u64 room, floor, drain = SHARE_DRAIN_NS, u;
 	__u32 n;
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
 	__s64 excess, left;
@@ -492,9 +492,16 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		 * less what no cap holds (a server's new connections' first
 		 * segments: 32 clients of 30 KB responses sent 2.5x the limit
 		 * with the floor at the whole room's share). */
-		c = q->unpaced_Bps * pq >> 16;
-		c = c < room - (room >> 3) ? room - c : room >> 3;
+		u = q->unpaced_Bps * pq >> 16;
+		c = u < room - (room >> 3) ? room - u : room >> 3;
 		n = share_flows_seen(q) + (q->idled > q->idled_now ? q->idled : q->idled_now);
+		/* ... and where connections come and go, their flows are
+		 * late for their send times (retried after a refusal, or
+		 * new) and get TCP's pacing credit: up to twice their caps,
+		 * in proportion to the unpaced part (32 clients of 30 KB
+		 * responses, cubic: 1.5x the limit with the floor at the
+		 * paced room's share). n < 2^20, u < 2^36. */
+		n += (__u32)(((__u64)n * (u < room ? u : room)) / (room ? room : 1));
 		floor = c / n;
 		floor -= floor >> 6;
 	} else {
