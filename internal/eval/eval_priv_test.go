@@ -160,16 +160,8 @@ func assertClean(t *testing.T, before []string) {
 // eval cleaned up.
 func privEval(t *testing.T, name string, limiters []string, counts []int, runs int) []result.Run {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: needs root, namespaces and BPF")
-	}
-	testutil.RequireRoot(t)
-	testutil.RequireCommand(t, "ip")
+	bin := evalPrereqs(t)
 	testutil.RequireCommand(t, "tc")
-	bin := testutil.HBMBinary(t)
-	if _, err := cgroup.Mount(); err != nil {
-		testutil.Missing(t, "cgroup2", err)
-	}
 	scens, err := Load([]string{name})
 	if err != nil {
 		t.Fatal(err)
@@ -291,20 +283,7 @@ func TestEvalManyFlows(t *testing.T) {
 // completed, their latency parsed, the server's wire rate within 0.3-1.5 of
 // the limit, nginx and its directory gone afterwards.
 func TestEvalHTTP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: needs root, namespaces and BPF")
-	}
-	testutil.RequireRoot(t)
-	testutil.RequireCommand(t, "ip")
-	for _, tool := range []string{"nginx", "wrk"} {
-		if _, err := execLookPath(tool); err != nil {
-			testutil.Missing(t, tool, err)
-		}
-	}
-	bin := testutil.HBMBinary(t)
-	if _, err := cgroup.Mount(); err != nil {
-		testutil.Missing(t, "cgroup2", err)
-	}
+	bin := evalPrereqs(t, "nginx", "wrk")
 	scens, err := Load([]string{"web-new-200m"})
 	if err != nil {
 		t.Fatal(err)

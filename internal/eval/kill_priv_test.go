@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/cc"
-	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/netlab"
-	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
 func dctcpAvailable() bool {
@@ -25,15 +23,7 @@ func dctcpAvailable() bool {
 // its namespaces, cgroups, processes, pin directory (and HBM's BPF dctcp,
 // when it installed it); the next eval's clean-up removes all of it.
 func TestKilledEvalLeftovers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: needs root, namespaces and BPF")
-	}
-	testutil.RequireRoot(t)
-	testutil.RequireCommand(t, "ip")
-	bin := testutil.HBMBinary(t)
-	if _, err := cgroup.Mount(); err != nil {
-		testutil.Missing(t, "cgroup2", err)
-	}
+	bin := evalPrereqs(t)
 	before := netlab.Objects()
 	hadDCTCP := dctcpAvailable()
 	t.Cleanup(func() { // whatever happened, the next tests get the machine as it was

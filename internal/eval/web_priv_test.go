@@ -18,13 +18,17 @@ import (
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
-func TestWebServerHoldsLimit(t *testing.T) {
+// evalPrereqs skips under -short and returns the hbm binary once the test has
+// what a privileged eval needs (root, ip, cgroup2, and the tools named):
+// missing, a skip outside CI and a failure under CI=true.
+func evalPrereqs(t *testing.T, tools ...string) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: needs root, namespaces and BPF")
 	}
 	testutil.RequireRoot(t)
 	testutil.RequireCommand(t, "ip")
-	for _, tool := range []string{"nginx", "wrk"} {
+	for _, tool := range tools {
 		if _, err := execLookPath(tool); err != nil {
 			testutil.Missing(t, tool, err)
 		}
@@ -33,6 +37,11 @@ func TestWebServerHoldsLimit(t *testing.T) {
 	if _, err := cgroup.Mount(); err != nil {
 		testutil.Missing(t, "cgroup2", err)
 	}
+	return bin
+}
+
+func TestWebServerHoldsLimit(t *testing.T) {
+	bin := evalPrereqs(t, "nginx", "wrk")
 	for _, c := range []struct {
 		scen    string
 		size    int
@@ -73,15 +82,7 @@ func TestWebServerHoldsLimit(t *testing.T) {
 // at 200mbit): the 1 MB loop gets a real part of the group (v2: 12 of 200
 // Mbit/s, its P99 7x htb's) and the 10 KB loop stays fast.
 func TestSizesShare(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: needs root, namespaces and BPF")
-	}
-	testutil.RequireRoot(t)
-	testutil.RequireCommand(t, "ip")
-	bin := testutil.HBMBinary(t)
-	if _, err := cgroup.Mount(); err != nil {
-		testutil.Missing(t, "cgroup2", err)
-	}
+	bin := evalPrereqs(t)
 	scens, err := Load([]string{"egress-200m"})
 	if err != nil {
 		t.Fatal(err)
