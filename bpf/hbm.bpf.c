@@ -79,7 +79,7 @@ int hbm_egress(struct __sk_buff *skb)
 	police_path(skb, &v);
 	if (s) {
 		s->want_Bps = v.want_Bps;
-		s->rpc_Bps = v.rpc_Bps;
+		s->xfer_Bps = v.xfer_Bps;
 	}
 	if (v.drop)
 		return HBM_RET_DROP_CN;

@@ -151,7 +151,7 @@ struct hbm_sock {
 	__u64 applied;     /* what the assist last set (pacing cap B/s, or window clamp bytes) */
 	__u32 seen[HBM_MAX_LEVELS]; /* per cgroup level: how the flow is counted
 	                    * there (share.h, SEEN_*): 0 not counted */
-	__u64 rpc_Bps;     /* egress: the least share of its groups for a transfer
+	__u64 xfer_Bps;    /* egress: the least share of its groups for a transfer
 	                    * (weight XFER_WEIGHT, share.h), payload bytes/s: the cap
 	                    * an idle socket keeps for its next transfer */
 	__u32 fresh_room;  /* ingress: 1 if its last fresh packet found room in every

@@ -136,7 +136,7 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	if (tp_idle(tp)) {
 		if (s->burst)
 			depart(tp, s, 0);
-		pace(skops, tp, s, s->rpc_Bps ? s->rpc_Bps : s->want_Bps);
+		pace(skops, tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps);
 		return 1;
 	}
 	pace(skops, tp, s, s->want_Bps);

@@ -48,7 +48,7 @@ struct verdict {
 	struct pkt p;
 	__u64 now;
 	__u64 want_Bps;     /* least share of the levels that assist (0: none) */
-	__u64 rpc_Bps;      /* egress: least share of the levels for a transfer (0: none) */
+	__u64 xfer_Bps;     /* egress: least share of the levels for a transfer (0: none) */
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
 	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
@@ -244,8 +244,8 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 		share = 0;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
-	if (xfer_share && (!v->rpc_Bps || xfer_share < v->rpc_Bps))
-		v->rpc_Bps = xfer_share;
+	if (xfer_share && (!v->xfer_Bps || xfer_share < v->xfer_Bps))
+		v->xfer_Bps = xfer_share;
 	if (backlog <= (__s64)cfg->mark_ns || v->candidate)
 		return 0;
 	/* A mark-only ingress limit does not mark a TCP flow whose window the

@@ -97,7 +97,7 @@ type rxfreshHbmSock struct {
 	WantBps      uint64
 	Applied      uint64
 	Seen         [32]uint32
-	RpcBps       uint64
+	XferBps      uint64
 	FreshRoom    uint32
 	RxSegsOut    uint32
 	BurstEnd     uint32
