@@ -375,6 +375,21 @@ type httpResult struct {
 	Non2xx    uint64 // responses other than 2xx (wrk: other than 2xx or 3xx)
 }
 
+// setPercentile records a percentile row of wrk's or ab's report ("50",
+// "90", "99", "100": the longest); other rows are not kept.
+func (r *httpResult) setPercentile(pct string, us float64) {
+	switch pct {
+	case "50":
+		r.P50 = us
+	case "90":
+		r.P90 = us
+	case "99":
+		r.P99 = us
+	case "100":
+		r.Max = us
+	}
+}
+
 var (
 	wrkDoneRE    = regexp.MustCompile(`(?m)^\s*(\d+) requests in ([\d.]+)(us|ms|s|m|h), ([\d.]+)(B|KB|MB|GB|TB|PB) read\s*$`)
 	wrkRateRE    = regexp.MustCompile(`(?m)^Requests/sec:\s+([\d.]+)\s*$`)
@@ -413,15 +428,7 @@ func parseWrk(out string) (*httpResult, error) {
 		return nil, fmt.Errorf("no latency distribution (wrk --latency): %.300q", out)
 	}
 	for _, p := range pct {
-		v := wrkTime(p[2], p[3])
-		switch p[1] {
-		case "50":
-			r.P50 = v
-		case "90":
-			r.P90 = v
-		case "99":
-			r.P99 = v
-		}
+		r.setPercentile(p[1], wrkTime(p[2], p[3]))
 	}
 	if m := wrkSockErrRE.FindStringSubmatch(out); m != nil {
 		for _, s := range m[1:] {
@@ -472,17 +479,7 @@ func parseAB(out string) (*httpResult, error) {
 	}
 	for _, m := range abPctRE.FindAllStringSubmatch(table, -1) {
 		v, _ := strconv.ParseFloat(m[2], 64)
-		v *= 1e3
-		switch m[1] {
-		case "50":
-			r.P50 = v
-		case "90":
-			r.P90 = v
-		case "99":
-			r.P99 = v
-		case "100":
-			r.Max = v
-		}
+		r.setPercentile(m[1], v*1e3)
 	}
 	if r.Requests > 0 && r.P50 == 0 && r.P99 == 0 && r.Max == 0 {
 		return nil, errors.New("percentile table unreadable: " + fmt.Sprintf("%.300q", table))
