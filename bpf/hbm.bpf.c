@@ -16,6 +16,7 @@
 #include "hbm.h"
 #include "maps.h"
 #include "policy.h"
+#include "gate.h"
 #include "pacing.h"
 #include "rxfresh.h"
 #include "rxwin.h"
@@ -43,12 +44,17 @@ SEC("cgroup_skb/egress")
 int hbm_egress(struct __sk_buff *skb)
 {
 	struct verdict v = { .dir = HBM_DIR_EGRESS, .packets_out = ~0U };
+	struct hbm_listen_key lk = {};
 	struct hbm_sock *s = NULL;
 	struct bpf_tcp_sock *tp;
 	struct bpf_sock *sk;
 
 	sk = verdict_start(skb, &v, &tp);
-	if (sk) {
+	if (sk && sk->state == BPF_TCP_LISTEN) {
+		/* A SYN-ACK (the hook names its listener): gate.h. */
+		if (v.p.tcp_flags & TCPF_SYN)
+			v.gate = gate_synack(skb, sk, v.now, &lk);
+	} else if (sk) {
 		if (tp)
 			v.packets_out = tp->packets_out;
 		/* Assist state for TCP sockets that send data. */
@@ -81,6 +87,8 @@ int hbm_egress(struct __sk_buff *skb)
 		s->want_Bps = v.want_Bps;
 		s->xfer_Bps = v.xfer_Bps;
 	}
+	if (lk.port && !v.drop)
+		gate_learn(&lk, &v);
 	if (v.drop)
 		return HBM_RET_DROP_CN;
 	return v.cn ? HBM_RET_PASS_CN : HBM_RET_PASS;

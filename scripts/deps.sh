@@ -14,6 +14,7 @@ command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(pro
 # hbm eval's web scenarios (and their test) run a real server and client.
 [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
+command -v ab >/dev/null || need+=(apache2-utils) # ab: HTTP latency with the connect included
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them" >&2

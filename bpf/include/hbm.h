@@ -77,6 +77,8 @@ struct hbm_stats {
 	__u64 cwr;           /* packets returned with the congestion code */
 	__u64 dropped;       /* packets dropped */
 	__u64 dropped_bytes; /* wire bytes dropped */
+	__u64 gated;         /* new connections whose handshake waited out the
+	                      * group's backlog (gate.h) */
 };
 
 /* The virtual queue. Instead of a byte credit that needs rate * elapsed time
@@ -202,6 +204,28 @@ struct hbm_netns_key {
 	__u64 cgroup_id;
 	__u32 netns_ino;
 	__u32 pad;
+};
+
+/* Key of hbm_listen_map: a listening port (host byte order) in a network
+ * namespace (its cookie, bpf_get_netns_cookie). */
+struct hbm_listen_key {
+	__u64 netns_cookie;
+	__u32 port;
+	__u32 pad;
+};
+
+/* The limited egress groups on a listener's cgroup path, its own group
+ * first (gate.h): up to HBM_GATE_LEVELS of them. 0 ends the list. */
+#define HBM_GATE_LEVELS 4
+struct hbm_listen {
+	__u64 cgroup_id[HBM_GATE_LEVELS];
+};
+
+/* The kernel's tick, measured (gate.h): jiffies64 and ktime at the first
+ * reading. */
+struct hbm_clock {
+	__u64 jiffies0;
+	__u64 ns0;
 };
 
 /* Parameters and results of one run of the socket walker (sockets.h). */

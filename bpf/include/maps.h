@@ -52,6 +52,26 @@ struct {
 	__type(value, __u64);
 } hbm_netns_map SEC(".maps");
 
+/* Listening ports -> the limited groups on their listener's path, learnt
+ * from the SYN-ACKs the egress program sees (gate.h): the handshake gate's
+ * sockops callback runs for a request socket, which names no cgroup. LRU:
+ * bounded, and a stale entry only names groups whose limits are looked up
+ * anew. Not pinned: it lives with the programs that fill it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct hbm_listen_key);
+	__type(value, struct hbm_listen);
+} hbm_listen_map SEC(".maps");
+
+/* The kernel's tick length, measured (gate.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hbm_clock);
+} hbm_clock_map SEC(".maps");
+
 /* The socket walker's parameters and results (one entry). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -23,6 +23,7 @@
 #define HBM_PACING_H
 
 #include "assist.h"
+#include "gate.h"
 #include "policy.h"
 
 #define TCP_CLOSE_STATE 7 /* TCP_CLOSE, the state a socket ends in */
@@ -113,6 +114,8 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG |
 						 BPF_SOCK_OPS_STATE_CB_FLAG);
 		return 1;
+	case BPF_SOCK_OPS_TIMEOUT_INIT:
+		return gate_timeout(skops);
 	case BPF_SOCK_OPS_RTT_CB:
 	case BPF_SOCK_OPS_STATE_CB:
 		break;

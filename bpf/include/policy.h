@@ -62,6 +62,9 @@ struct verdict {
 	__u8 ect;           /* ingress: the flow's data arrives ECN-capable (hbm_sock.rx_ect) */
 	__u8 at_floor;      /* ingress: the window assist holds the socket at its
 	                     * two-segment floor (hbm.bpf.c) */
+	__u8 gate;          /* egress: the first SYN-ACK of a request the handshake
+	                     * gate timed (gate.h): refused while a level stands
+	                     * above its mark */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 	/* The levels that charged the packet (police_path): refunded if a
@@ -177,8 +180,9 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	may_drop = !(cfg->flags & HBM_F_NO_DROP);
 	if (may_drop && v->p.is_tcp) {
 		/* A refused SYN or SYN-ACK waits for TCP's 1 s handshake
-		 * timer: a connection's first round trip is never refused
-		 * (it carries no data). */
+		 * timer (and a refused SYN-ACK retransmission ends the
+		 * request): a connection's first round trip is never refused,
+		 * except by the handshake gate (v->gate, below). */
 		if (v->dir == HBM_DIR_EGRESS &&
 		    (v->packets_out < cfg->min_inflight || (v->p.tcp_flags & TCPF_SYN)))
 			may_drop = 0;
@@ -190,6 +194,12 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 
 	bpf_spin_lock(&q->lock);
 	backlog = vq_clamp(q, cfg, v->now);
+	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && backlog > (__s64)cfg->mark_ns) {
+		/* gate.h: its timer sends it again once the backlog drained. */
+		st->gated++;
+		bpf_spin_unlock(&q->lock);
+		return 1;
+	}
 	frac = q->frac;
 	cost = cost_ns(cfg, v->p.wire_bytes, &frac);
 	backlog += cost;

@@ -222,7 +222,7 @@ func groupEntries(es []dataplane.Entry) []jsonout.Group {
 		}
 		d := &jsonout.Direction{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced,
 			Bytes: e.Stats.Bytes, Packets: e.Stats.Packets, Marked: e.Stats.Marked, CWR: e.Stats.CWR,
-			Dropped: e.Stats.Dropped, DroppedBytes: e.Stats.DroppedBytes}
+			Dropped: e.Stats.Dropped, DroppedBytes: e.Stats.DroppedBytes, Gated: e.Stats.Gated}
 		if e.Dir == dataplane.Ingress {
 			out[i].Ingress = d
 		} else {
@@ -280,7 +280,7 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tENFORCED\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\t")
+	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tENFORCED\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\tGATED\t")
 	for _, e := range es {
 		name := safetext.Quote(e.Cgroup)
 		switch {
@@ -293,8 +293,8 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 		if !e.Enforced {
 			enf = "NO"
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate, enf,
-			e.Stats.Bytes, e.Stats.Packets, e.Stats.Marked, e.Stats.CWR, e.Stats.Dropped, e.Stats.DroppedBytes)
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate, enf,
+			e.Stats.Bytes, e.Stats.Packets, e.Stats.Marked, e.Stats.CWR, e.Stats.Dropped, e.Stats.DroppedBytes, e.Stats.Gated)
 	}
 	return tw.Flush()
 }

@@ -446,7 +446,7 @@ func (m *Manager) readStats(k hbmHbmKey) (Stats, error) {
 	}
 	p := q.St
 	return Stats{Bytes: p.Bytes, Packets: p.Packets, Marked: p.Marked, CWR: p.Cwr,
-		Dropped: p.Dropped, DroppedBytes: p.DroppedBytes}, nil
+		Dropped: p.Dropped, DroppedBytes: p.DroppedBytes, Gated: p.Gated}, nil
 }
 
 // Prune removes the limits of groups that certainly no longer exist, and

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type hbmHbmClock struct {
+	_        structs.HostLayout
+	Jiffies0 uint64
+	Ns0      uint64
+}
+
 type hbmHbmConfig struct {
 	_             structs.HostLayout
 	RateBps       uint64
@@ -49,6 +55,18 @@ type hbmHbmKey struct {
 	CgroupId uint64
 	Dir      hbmHbmDir
 	Pad      uint32
+}
+
+type hbmHbmListen struct {
+	_        structs.HostLayout
+	CgroupId [4]uint64
+}
+
+type hbmHbmListenKey struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Port        uint32
+	Pad         uint32
 }
 
 type hbmHbmNetnsKey struct {
@@ -135,6 +153,7 @@ type hbmHbmStats struct {
 	Cwr          uint64
 	Dropped      uint64
 	DroppedBytes uint64
+	Gated        uint64
 }
 
 type hbmHbmWalk struct {
@@ -150,8 +169,10 @@ type hbmHbmWalk struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	hbmMapHbmClockMap  = "hbm_clock_map"
 	hbmMapHbmFlowMap   = "hbm_flow_map"
 	hbmMapHbmLimitMap  = "hbm_limit_map"
+	hbmMapHbmListenMap = "hbm_listen_map"
 	hbmMapHbmNetnsMap  = "hbm_netns_map"
 	hbmMapHbmQueueMap  = "hbm_queue_map"
 	hbmMapHbmRxMap     = "hbm_rx_map"
@@ -216,12 +237,14 @@ type hbmProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hbmMapSpecs struct {
-	HbmFlowMap  *ebpf.MapSpec `ebpf:"hbm_flow_map"`
-	HbmLimitMap *ebpf.MapSpec `ebpf:"hbm_limit_map"`
-	HbmNetnsMap *ebpf.MapSpec `ebpf:"hbm_netns_map"`
-	HbmQueueMap *ebpf.MapSpec `ebpf:"hbm_queue_map"`
-	HbmRxMap    *ebpf.MapSpec `ebpf:"hbm_rx_map"`
-	HbmWalkMap  *ebpf.MapSpec `ebpf:"hbm_walk_map"`
+	HbmClockMap  *ebpf.MapSpec `ebpf:"hbm_clock_map"`
+	HbmFlowMap   *ebpf.MapSpec `ebpf:"hbm_flow_map"`
+	HbmLimitMap  *ebpf.MapSpec `ebpf:"hbm_limit_map"`
+	HbmListenMap *ebpf.MapSpec `ebpf:"hbm_listen_map"`
+	HbmNetnsMap  *ebpf.MapSpec `ebpf:"hbm_netns_map"`
+	HbmQueueMap  *ebpf.MapSpec `ebpf:"hbm_queue_map"`
+	HbmRxMap     *ebpf.MapSpec `ebpf:"hbm_rx_map"`
+	HbmWalkMap   *ebpf.MapSpec `ebpf:"hbm_walk_map"`
 }
 
 // hbmVariableSpecs contains global variables before they are loaded into the kernel.
@@ -250,18 +273,22 @@ func (o *hbmObjects) Close() error {
 //
 // It can be passed to loadHbmObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hbmMaps struct {
-	HbmFlowMap  *ebpf.Map `ebpf:"hbm_flow_map"`
-	HbmLimitMap *ebpf.Map `ebpf:"hbm_limit_map"`
-	HbmNetnsMap *ebpf.Map `ebpf:"hbm_netns_map"`
-	HbmQueueMap *ebpf.Map `ebpf:"hbm_queue_map"`
-	HbmRxMap    *ebpf.Map `ebpf:"hbm_rx_map"`
-	HbmWalkMap  *ebpf.Map `ebpf:"hbm_walk_map"`
+	HbmClockMap  *ebpf.Map `ebpf:"hbm_clock_map"`
+	HbmFlowMap   *ebpf.Map `ebpf:"hbm_flow_map"`
+	HbmLimitMap  *ebpf.Map `ebpf:"hbm_limit_map"`
+	HbmListenMap *ebpf.Map `ebpf:"hbm_listen_map"`
+	HbmNetnsMap  *ebpf.Map `ebpf:"hbm_netns_map"`
+	HbmQueueMap  *ebpf.Map `ebpf:"hbm_queue_map"`
+	HbmRxMap     *ebpf.Map `ebpf:"hbm_rx_map"`
+	HbmWalkMap   *ebpf.Map `ebpf:"hbm_walk_map"`
 }
 
 func (m *hbmMaps) Close() error {
 	return _HbmClose(
+		m.HbmClockMap,
 		m.HbmFlowMap,
 		m.HbmLimitMap,
+		m.HbmListenMap,
 		m.HbmNetnsMap,
 		m.HbmQueueMap,
 		m.HbmRxMap,

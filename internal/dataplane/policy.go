@@ -63,6 +63,9 @@ type Stats struct {
 	CWR          uint64 `json:"cwr"`
 	Dropped      uint64 `json:"dropped"`
 	DroppedBytes uint64 `json:"dropped_bytes"`
+	// Gated counts new connections whose handshake waited out the
+	// group's backlog (bpf/include/gate.h).
+	Gated uint64 `json:"gated"`
 }
 
 // Validate checks a limit without touching any state.

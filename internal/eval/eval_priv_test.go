@@ -278,12 +278,12 @@ func TestEvalManyFlows(t *testing.T) {
 }
 
 // TestEvalHTTP runs web-new-200m's quick cell (nginx in the group limited
-// to 200 Mbit/s, 32 wrk clients each with a new connection per 100 KB
+// to 200 Mbit/s, 32 ab clients each with a new connection per 100 KB
 // request) with hbm, and checks the figures exist and are sane: requests
 // completed, their latency parsed, the server's wire rate within 0.3-1.5 of
 // the limit, nginx and its directory gone afterwards.
 func TestEvalHTTP(t *testing.T) {
-	bin := evalPrereqs(t, "nginx", "wrk")
+	bin := evalPrereqs(t, "nginx", "ab")
 	scens, err := Load([]string{"web-new-200m"})
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +320,7 @@ func TestEvalHTTP(t *testing.T) {
 	if g.Share < 0.3 || g.Share > 1.5 {
 		t.Errorf("wire share %.3f of the limit, want 0.3..1.5", g.Share)
 	}
-	if c.Kind != "http" || c.Name != "http" || c.SizeBytes != 100<<10 || c.Flows != 32 || c.HTTPClient != "wrk close" {
+	if c.Kind != "http" || c.Name != "http" || c.SizeBytes != 100<<10 || c.Flows != 32 || c.HTTPClient != "ab" {
 		t.Errorf("class %+v", c)
 	}
 	if c.RPCs <= 0 || c.ReqPerSec <= 0 || c.GoodputBps <= 0 {

@@ -61,6 +61,7 @@ type Direction struct {
 	CWR          uint64 `json:"cwr"`           // packets returned to TCP with the congestion code
 	Dropped      uint64 `json:"dropped"`       // packets dropped
 	DroppedBytes uint64 `json:"dropped_bytes"` // wire bytes dropped
+	Gated        uint64 `json:"gated"`         // new connections whose handshake waited out the backlog
 }
 
 // Sub returns d's counters less o's (the counters over an interval); the
@@ -72,5 +73,6 @@ func (d Direction) Sub(o Direction) Direction {
 	d.CWR -= o.CWR
 	d.Dropped -= o.Dropped
 	d.DroppedBytes -= o.DroppedBytes
+	d.Gated -= o.Gated
 	return d
 }

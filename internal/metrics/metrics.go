@@ -44,7 +44,7 @@ type GroupCollector struct {
 	list   Lister
 	labels Labels
 
-	bytes, packets, marked, cwr, dropped, droppedBytes, limit *prometheus.Desc
+	bytes, packets, marked, cwr, dropped, droppedBytes, gated, limit *prometheus.Desc
 }
 
 var groupLabels = []string{"group", "direction", "unit", "namespace", "pod"}
@@ -62,6 +62,7 @@ func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
 		cwr:          d("hbm_group_cwr_packets_total", "Packets for which HBM returned the congestion code that makes TCP enter CWR (egress)."),
 		dropped:      d("hbm_group_dropped_packets_total", "Packets HBM dropped."),
 		droppedBytes: d("hbm_group_dropped_bytes_total", "Bytes of the packets HBM dropped."),
+		gated:        d("hbm_group_gated_connections_total", "New connections whose SYN-ACK waited out the group's backlog (egress: the handshake gate)."),
 		// The issue asked for hbm_group_limit_bits_per_second; Prometheus'
 		// naming guide (and promtool check metrics) want the base unit,
 		// bytes, which also divides hbm_group_bytes_total's rate directly.
@@ -71,7 +72,7 @@ func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
 
 // Describe sends the descriptors.
 func (c *GroupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.marked, c.cwr, c.dropped, c.droppedBytes, c.limit} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.marked, c.cwr, c.dropped, c.droppedBytes, c.gated, c.limit} {
 		ch <- d
 	}
 }
@@ -106,6 +107,7 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.cwr, e.Stats.CWR)
 		counter(c.dropped, e.Stats.Dropped)
 		counter(c.droppedBytes, e.Stats.DroppedBytes)
+		counter(c.gated, e.Stats.Gated)
 		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, e.Limit.Rate.BytesPerSecond(), lv...)
 	}
 }

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type rxfreshHbmClock struct {
+	_        structs.HostLayout
+	Jiffies0 uint64
+	Ns0      uint64
+}
+
 type rxfreshHbmConfig struct {
 	_             structs.HostLayout
 	RateBps       uint64
@@ -34,6 +40,18 @@ type rxfreshHbmKey struct {
 	CgroupId uint64
 	Dir      uint32
 	Pad      uint32
+}
+
+type rxfreshHbmListen struct {
+	_        structs.HostLayout
+	CgroupId [4]uint64
+}
+
+type rxfreshHbmListenKey struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Port        uint32
+	Pad         uint32
 }
 
 type rxfreshHbmNetnsKey struct {
@@ -89,6 +107,7 @@ type rxfreshHbmQueue struct {
 		Cwr          uint64
 		Dropped      uint64
 		DroppedBytes uint64
+		Gated        uint64
 	}
 }
 
@@ -155,14 +174,16 @@ type rxfreshRxwinCase struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	rxfreshMapHbmFlowMap  = "hbm_flow_map"
-	rxfreshMapHbmLimitMap = "hbm_limit_map"
-	rxfreshMapHbmNetnsMap = "hbm_netns_map"
-	rxfreshMapHbmQueueMap = "hbm_queue_map"
-	rxfreshMapHbmRxMap    = "hbm_rx_map"
-	rxfreshMapHbmWalkMap  = "hbm_walk_map"
-	rxfreshProgRxfreshRun = "rxfresh_run"
-	rxfreshProgRxwinRun   = "rxwin_run"
+	rxfreshMapHbmClockMap  = "hbm_clock_map"
+	rxfreshMapHbmFlowMap   = "hbm_flow_map"
+	rxfreshMapHbmLimitMap  = "hbm_limit_map"
+	rxfreshMapHbmListenMap = "hbm_listen_map"
+	rxfreshMapHbmNetnsMap  = "hbm_netns_map"
+	rxfreshMapHbmQueueMap  = "hbm_queue_map"
+	rxfreshMapHbmRxMap     = "hbm_rx_map"
+	rxfreshMapHbmWalkMap   = "hbm_walk_map"
+	rxfreshProgRxfreshRun  = "rxfresh_run"
+	rxfreshProgRxwinRun    = "rxwin_run"
 )
 
 // loadRxfresh returns the embedded CollectionSpec for rxfresh.
@@ -215,12 +236,14 @@ type rxfreshProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rxfreshMapSpecs struct {
-	HbmFlowMap  *ebpf.MapSpec `ebpf:"hbm_flow_map"`
-	HbmLimitMap *ebpf.MapSpec `ebpf:"hbm_limit_map"`
-	HbmNetnsMap *ebpf.MapSpec `ebpf:"hbm_netns_map"`
-	HbmQueueMap *ebpf.MapSpec `ebpf:"hbm_queue_map"`
-	HbmRxMap    *ebpf.MapSpec `ebpf:"hbm_rx_map"`
-	HbmWalkMap  *ebpf.MapSpec `ebpf:"hbm_walk_map"`
+	HbmClockMap  *ebpf.MapSpec `ebpf:"hbm_clock_map"`
+	HbmFlowMap   *ebpf.MapSpec `ebpf:"hbm_flow_map"`
+	HbmLimitMap  *ebpf.MapSpec `ebpf:"hbm_limit_map"`
+	HbmListenMap *ebpf.MapSpec `ebpf:"hbm_listen_map"`
+	HbmNetnsMap  *ebpf.MapSpec `ebpf:"hbm_netns_map"`
+	HbmQueueMap  *ebpf.MapSpec `ebpf:"hbm_queue_map"`
+	HbmRxMap     *ebpf.MapSpec `ebpf:"hbm_rx_map"`
+	HbmWalkMap   *ebpf.MapSpec `ebpf:"hbm_walk_map"`
 }
 
 // rxfreshVariableSpecs contains global variables before they are loaded into the kernel.
@@ -249,18 +272,22 @@ func (o *rxfreshObjects) Close() error {
 //
 // It can be passed to loadRxfreshObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rxfreshMaps struct {
-	HbmFlowMap  *ebpf.Map `ebpf:"hbm_flow_map"`
-	HbmLimitMap *ebpf.Map `ebpf:"hbm_limit_map"`
-	HbmNetnsMap *ebpf.Map `ebpf:"hbm_netns_map"`
-	HbmQueueMap *ebpf.Map `ebpf:"hbm_queue_map"`
-	HbmRxMap    *ebpf.Map `ebpf:"hbm_rx_map"`
-	HbmWalkMap  *ebpf.Map `ebpf:"hbm_walk_map"`
+	HbmClockMap  *ebpf.Map `ebpf:"hbm_clock_map"`
+	HbmFlowMap   *ebpf.Map `ebpf:"hbm_flow_map"`
+	HbmLimitMap  *ebpf.Map `ebpf:"hbm_limit_map"`
+	HbmListenMap *ebpf.Map `ebpf:"hbm_listen_map"`
+	HbmNetnsMap  *ebpf.Map `ebpf:"hbm_netns_map"`
+	HbmQueueMap  *ebpf.Map `ebpf:"hbm_queue_map"`
+	HbmRxMap     *ebpf.Map `ebpf:"hbm_rx_map"`
+	HbmWalkMap   *ebpf.Map `ebpf:"hbm_walk_map"`
 }
 
 func (m *rxfreshMaps) Close() error {
 	return _RxfreshClose(
+		m.HbmClockMap,
 		m.HbmFlowMap,
 		m.HbmLimitMap,
+		m.HbmListenMap,
 		m.HbmNetnsMap,
 		m.HbmQueueMap,
 		m.HbmRxMap,

@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The handshake gate: a new connection to a server whose group is over its
+ * limit waits out the group's backlog before its SYN-ACK leaves.
+ *
+ * Why: TCP paces none of a connection's first 10 segments
+ * (tcp_update_skb_after_send), and the policer cannot refuse a flow's only
+ * packets in flight without stalling it for the 200 ms retransmission
+ * timer. So a response of up to ~14 KB on a new connection leaves whole,
+ * whatever the group's rate, and a server answering each request on a new
+ * connection escaped its limit (32 clients of 10 KB responses: 4-5x the
+ * limit; 30 KB: 1.25x). What the data plane can hold is when the response
+ * begins: the handshake.
+ *
+ * How: the kernel asks the listener's sockops programs for a request's SYN
+ * timeout (BPF_SOCK_OPS_TIMEOUT_INIT) just before its first SYN-ACK. If a
+ * limited group on the listener's path stands above its mark, gate_timeout
+ * answers with the time the excess takes to drain (at least GATE_MIN_NS,
+ * in jiffies), and the egress program refuses that first SYN-ACK
+ * (police_level, v->gate); the request's timer sends it again after the
+ * wait. Only the first send is ever refused: the kernel drops a request
+ * whose timer-driven retransmission fails (reqsk_timer_handler), and the
+ * client's own SYN timer is a second. The request's timer backs off from
+ * the short timeout (x2 each time) and it expires after 63 timeouts: a
+ * client further than 63 x the wait (>= 252 ms) cannot complete a handshake
+ * gated this way (docs/design.md).
+ *
+ * The timeout callback runs for a request socket, which names no cgroup:
+ * the listener's limited groups are learnt from its SYN-ACKs, keyed by
+ * (network namespace, port) in hbm_listen_map. Include after vmlinux.h. */
+#ifndef HBM_GATE_H
+#define HBM_GATE_H
+
+#include "hbm.h"
+#include "maps.h"
+#include "policy.h"
+
+#define GATE_MIN_NS (4 * 1000000ULL)   /* least wait: a request lives 63 x its timeout */
+#define GATE_MAX_NS (100 * 1000000ULL) /* most wait asked for at once */
+/* A SYN-ACK sent within this of the request's first is the first (its
+ * retransmissions come a timeout later, at least a jiffy). */
+#define GATE_FIRST_US 1000
+/* A request timeout below this was shortened (by the gate; the kernel's is a
+ * second, TCP_TIMEOUT_INIT). */
+#define GATE_SHORT_NS (500 * 1000000ULL)
+/* The tick is measured over at least this many jiffies (1-2.5 s). */
+#define GATE_CLOCK_JIFFIES 256
+
+/* jiffy_ns is the kernel's tick in ns, measured against ktime since the
+ * first call (HZ is a build option: 100-1000); 0 until measured. */
+static __always_inline __u64 jiffy_ns(__u64 now)
+{
+	struct hbm_clock *c;
+	__u32 zero = 0;
+	__u64 j = bpf_jiffies64();
+
+	c = bpf_map_lookup_elem(&hbm_clock_map, &zero);
+	if (!c)
+		return 0;
+	if (!c->ns0) {
+		c->jiffies0 = j;
+		c->ns0 = now;
+		return 0;
+	}
+	if (j - c->jiffies0 < GATE_CLOCK_JIFFIES)
+		return 0;
+	return (now - c->ns0) / (j - c->jiffies0);
+}
+
+/* gate_excess_ns is how far group id's egress backlog stands above its mark
+ * (<= 0: not over). Unlocked: one aligned 64-bit read. */
+static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
+{
+	struct hbm_key key = { .cgroup_id = id, .dir = HBM_DIR_EGRESS };
+	const struct hbm_config *cfg;
+	struct hbm_queue *q;
+
+	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
+	if (!cfg || (cfg->flags & HBM_F_NO_DROP))
+		return 0;
+	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+	if (!q)
+		return 0;
+	return (__s64)(q->vtime_ns - now) - (__s64)cfg->mark_ns;
+}
+
+/* gate_timeout answers BPF_SOCK_OPS_TIMEOUT_INIT for a request to a
+ * listener whose groups are over: the wait, in jiffies. Otherwise it leaves
+ * the kernel's timeout. */
+static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
+{
+	struct hbm_listen_key k = {};
+	struct hbm_listen *l;
+	__u64 now = bpf_ktime_get_ns(), j;
+	__s64 wait = 0, e;
+	int i;
+
+	k.netns_cookie = bpf_get_netns_cookie(skops);
+	k.port = skops->local_port;
+	l = bpf_map_lookup_elem(&hbm_listen_map, &k);
+	if (!l)
+		return 1;
+	j = jiffy_ns(now);
+	if (!j)
+		return 1;
+	for (i = 0; i < HBM_GATE_LEVELS; i++) {
+		if (!l->cgroup_id[i])
+			break;
+		e = gate_excess_ns(l->cgroup_id[i], now);
+		if (e > wait)
+			wait = e;
+	}
+	if (wait <= 0)
+		return 1;
+	if (wait < (__s64)GATE_MIN_NS)
+		wait = GATE_MIN_NS;
+	if (wait > (__s64)GATE_MAX_NS)
+		wait = GATE_MAX_NS;
+	skops->reply = ((__u64)wait + j - 1) / j;
+	return 1;
+}
+
+/* gate_synack looks at a SYN-ACK leaving listener sk: the cgroup hook hands
+ * the policy the listener, not the request socket the SYN-ACK belongs to,
+ * so the request is looked up by the packet's addresses. It fills k (the
+ * listener's key in hbm_listen_map) and returns 1 if this is the first send
+ * of a request whose timeout gate_timeout shortened: the one send the gate
+ * may hold (a retransmission never: the kernel would drop the request). */
+static __always_inline int gate_synack(struct __sk_buff *skb, struct bpf_sock *sk, __u64 now,
+				       struct hbm_listen_key *k)
+{
+	struct bpf_sock_tuple t = {};
+	struct tcp_request_sock *req;
+	struct bpf_sock *skc;
+	__u32 size, hdr;
+	__u16 ports[2];
+	__u64 snt_us, j;
+	__u32 timeout;
+	int held = 0;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)))
+			return 0;
+		hdr = ip.ihl * 4;
+		t.ipv4.saddr = ip.daddr;
+		t.ipv4.daddr = ip.saddr;
+		size = sizeof(t.ipv4);
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+
+		if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)))
+			return 0;
+		hdr = sizeof(ip6);
+		__builtin_memcpy(t.ipv6.saddr, &ip6.daddr, sizeof(t.ipv6.saddr));
+		__builtin_memcpy(t.ipv6.daddr, &ip6.saddr, sizeof(t.ipv6.daddr));
+		size = sizeof(t.ipv6);
+	} else {
+		return 0;
+	}
+	if (bpf_skb_load_bytes(skb, hdr, ports, sizeof(ports)))
+		return 0;
+	/* As the client's packets arrive: from its port to ours. */
+	if (size == sizeof(t.ipv4)) {
+		t.ipv4.sport = ports[1];
+		t.ipv4.dport = ports[0];
+	} else {
+		t.ipv6.sport = ports[1];
+		t.ipv6.dport = ports[0];
+	}
+	skc = bpf_skc_lookup_tcp(skb, &t, size, BPF_F_CURRENT_NETNS, 0);
+	if (!skc)
+		return 0;
+	req = bpf_skc_to_tcp_request_sock(skc);
+	if (req) {
+		k->netns_cookie = BPF_CORE_READ(req, req.req.__req_common.skc_net.net, net_cookie);
+		k->port = sk->src_port;
+		snt_us = BPF_CORE_READ(req, snt_synack);
+		if (bpf_core_field_exists(req->req.req.timeout) && now / 1000 - snt_us <= GATE_FIRST_US) {
+			j = jiffy_ns(now);
+			timeout = BPF_CORE_READ(req, req.req.timeout);
+			held = j && (__u64)timeout * j < GATE_SHORT_NS;
+		}
+	}
+	bpf_sk_release(skc);
+	return held;
+}
+
+/* gate_learn records the limited groups a listener's SYN-ACK was charged
+ * to (v->charged_id: its own group first) under its key k, for
+ * gate_timeout. */
+static __always_inline void gate_learn(const struct hbm_listen_key *k, const struct verdict *v)
+{
+	struct hbm_listen val = {}, *old;
+	__u32 i;
+
+	if (!v->ncharged || !k->port)
+		return;
+	for (i = 0; i < HBM_GATE_LEVELS && i < VERDICT_CHARGED; i++)
+		if (i < v->ncharged)
+			val.cgroup_id[i] = v->charged_id[i];
+	old = bpf_map_lookup_elem(&hbm_listen_map, k);
+	if (old && old->cgroup_id[0] == val.cgroup_id[0] && old->cgroup_id[1] == val.cgroup_id[1] &&
+	    old->cgroup_id[2] == val.cgroup_id[2] && old->cgroup_id[3] == val.cgroup_id[3])
+		return;
+	bpf_map_update_elem(&hbm_listen_map, k, &val, BPF_ANY);
+}
+
+#endif /* HBM_GATE_H */
