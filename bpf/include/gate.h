@@ -33,9 +33,16 @@
 #include "hbm.h"
 #include "maps.h"
 #include "policy.h"
+#include "tcp.h"
 
-#define GATE_MIN_NS (4 * 1000000ULL)   /* least wait: a request lives 63 x its timeout */
+#define GATE_MIN_NS (4 * 1000000ULL)   /* least wait */
 #define GATE_MAX_NS (100 * 1000000ULL) /* most wait asked for at once */
+/* A request lives 63 timeouts (tcp_synack_retries 5, each twice the last):
+ * the wait is at least a 15th of the client's RTT (its ACK must come in
+ * time), and a client whose RTT is not known waits at least this, which
+ * lets a request live about a second, as the kernel's first timeout does. */
+#define GATE_RTT_DIV 15
+#define GATE_UNKNOWN_NS (16 * 1000000ULL)
 /* A SYN-ACK sent within this of the request's first is the first (its
  * retransmissions come a timeout later, at least a jiffy). */
 #define GATE_FIRST_US 1000
@@ -83,6 +90,36 @@ static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
 	return (__s64)(q->vtime_ns - now) - (__s64)cfg->mark_ns;
 }
 
+/* peer_key fills k with the socket's remote address and network namespace. */
+static __always_inline void peer_key(struct bpf_sock_ops *skops, struct hbm_peer_key *k)
+{
+	k->netns_cookie = bpf_get_netns_cookie(skops);
+	if (skops->family == AF_INET6) {
+		k->addr[0] = skops->remote_ip6[0];
+		k->addr[1] = skops->remote_ip6[1];
+		k->addr[2] = skops->remote_ip6[2];
+		k->addr[3] = skops->remote_ip6[3];
+	} else {
+		k->addr[0] = skops->remote_ip4;
+	}
+}
+
+/* gate_peer_note records a connection's smoothed RTT for its peer (called
+ * when a connection of a limited group is established and when it ends). */
+static __always_inline void gate_peer_note(struct bpf_sock_ops *skops)
+{
+	struct hbm_peer_key k = {};
+	__u32 srtt_us = skops->srtt_us >> 3, *old;
+
+	if (!srtt_us)
+		return;
+	peer_key(skops, &k);
+	old = bpf_map_lookup_elem(&hbm_peer_map, &k);
+	if (old && *old == srtt_us)
+		return;
+	bpf_map_update_elem(&hbm_peer_map, &k, &srtt_us, BPF_ANY);
+}
+
 /* gate_timeout answers BPF_SOCK_OPS_TIMEOUT_INIT for a request to a
  * listener whose groups are over: the wait, in jiffies. Otherwise it leaves
  * the kernel's timeout. */
@@ -111,8 +148,22 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 	}
 	if (wait <= 0)
 		return 1;
-	if (wait < (__s64)GATE_MIN_NS)
-		wait = GATE_MIN_NS;
+	{
+		struct hbm_peer_key pk = {};
+		__u32 *rtt_us;
+		__s64 least = GATE_UNKNOWN_NS;
+
+		peer_key(skops, &pk);
+		rtt_us = bpf_map_lookup_elem(&hbm_peer_map, &pk);
+		if (rtt_us)
+			least = (__s64)*rtt_us * 1000 / GATE_RTT_DIV;
+		if (least > (__s64)GATE_MAX_NS)
+			return 1; /* too far to gate */
+		if (least < (__s64)GATE_MIN_NS)
+			least = GATE_MIN_NS;
+		if (wait < least)
+			wait = least;
+	}
 	if (wait > (__s64)GATE_MAX_NS)
 		wait = GATE_MAX_NS;
 	skops->reply = ((__u64)wait + j - 1) / j;

@@ -221,6 +221,13 @@ struct hbm_listen {
 	__u64 cgroup_id[HBM_GATE_LEVELS];
 };
 
+/* Key of hbm_peer_map: a remote address (IPv4 in addr[0]) in a network
+ * namespace. The value is its last smoothed RTT, us (gate.h). */
+struct hbm_peer_key {
+	__u64 netns_cookie;
+	__u32 addr[4];
+};
+
 /* The kernel's tick, measured (gate.h): jiffies64 and ktime at the first
  * reading. */
 struct hbm_clock {

@@ -64,6 +64,17 @@ struct {
 	__type(value, struct hbm_listen);
 } hbm_listen_map SEC(".maps");
 
+/* Peers' RTTs, us, as their connections to limited groups measured them
+ * (gate.h): the handshake gate never waits so briefly that the request
+ * could expire before a far client's ACK. LRU: bounded; an unknown peer
+ * gets a long enough wait. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct hbm_peer_key);
+	__type(value, __u32);
+} hbm_peer_map SEC(".maps");
+
 /* The kernel's tick length, measured (gate.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -113,11 +113,15 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 		/* Ask for a callback on every ACK and on the socket's end. */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG |
 						 BPF_SOCK_OPS_STATE_CB_FLAG);
+		gate_peer_note(skops);
 		return 1;
 	case BPF_SOCK_OPS_TIMEOUT_INIT:
 		return gate_timeout(skops);
-	case BPF_SOCK_OPS_RTT_CB:
 	case BPF_SOCK_OPS_STATE_CB:
+		if (skops->args[1] == TCP_CLOSE_STATE)
+			gate_peer_note(skops);
+		break;
+	case BPF_SOCK_OPS_RTT_CB:
 		break;
 	default:
 		return 1;

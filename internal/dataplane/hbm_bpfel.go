@@ -76,6 +76,12 @@ type hbmHbmNetnsKey struct {
 	Pad      uint32
 }
 
+type hbmHbmPeerKey struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Addr        [4]uint32
+}
+
 type hbmHbmQueue struct {
 	_    structs.HostLayout
 	Lock struct {
@@ -174,6 +180,7 @@ const (
 	hbmMapHbmLimitMap  = "hbm_limit_map"
 	hbmMapHbmListenMap = "hbm_listen_map"
 	hbmMapHbmNetnsMap  = "hbm_netns_map"
+	hbmMapHbmPeerMap   = "hbm_peer_map"
 	hbmMapHbmQueueMap  = "hbm_queue_map"
 	hbmMapHbmRxMap     = "hbm_rx_map"
 	hbmMapHbmWalkMap   = "hbm_walk_map"
@@ -242,6 +249,7 @@ type hbmMapSpecs struct {
 	HbmLimitMap  *ebpf.MapSpec `ebpf:"hbm_limit_map"`
 	HbmListenMap *ebpf.MapSpec `ebpf:"hbm_listen_map"`
 	HbmNetnsMap  *ebpf.MapSpec `ebpf:"hbm_netns_map"`
+	HbmPeerMap   *ebpf.MapSpec `ebpf:"hbm_peer_map"`
 	HbmQueueMap  *ebpf.MapSpec `ebpf:"hbm_queue_map"`
 	HbmRxMap     *ebpf.MapSpec `ebpf:"hbm_rx_map"`
 	HbmWalkMap   *ebpf.MapSpec `ebpf:"hbm_walk_map"`
@@ -278,6 +286,7 @@ type hbmMaps struct {
 	HbmLimitMap  *ebpf.Map `ebpf:"hbm_limit_map"`
 	HbmListenMap *ebpf.Map `ebpf:"hbm_listen_map"`
 	HbmNetnsMap  *ebpf.Map `ebpf:"hbm_netns_map"`
+	HbmPeerMap   *ebpf.Map `ebpf:"hbm_peer_map"`
 	HbmQueueMap  *ebpf.Map `ebpf:"hbm_queue_map"`
 	HbmRxMap     *ebpf.Map `ebpf:"hbm_rx_map"`
 	HbmWalkMap   *ebpf.Map `ebpf:"hbm_walk_map"`
@@ -290,6 +299,7 @@ func (m *hbmMaps) Close() error {
 		m.HbmLimitMap,
 		m.HbmListenMap,
 		m.HbmNetnsMap,
+		m.HbmPeerMap,
 		m.HbmQueueMap,
 		m.HbmRxMap,
 		m.HbmWalkMap,

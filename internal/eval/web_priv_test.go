@@ -74,6 +74,13 @@ func TestWebServerHoldsLimit(t *testing.T) {
 		}
 		g := res.Runs[0].Groups[0]
 		t.Logf("%s %d B x %d: wire share %.3f", c.scen, c.size, c.clients, g.Share)
+		// The handshake gate holds a first SYN-ACK, never a connection:
+		// no request may fail.
+		for _, cl := range res.Runs[0].Classes {
+			if cl.HTTPErrors != 0 {
+				t.Errorf("%s, %d B responses to %d clients: %d failed requests (%s)", c.scen, c.size, c.clients, cl.HTTPErrors, cl.HTTPClient)
+			}
+		}
 		if g.Share < c.lo || g.Share > c.hi {
 			t.Errorf("%s, %d B responses to %d clients: wire share %.3f of the limit, want [%.2f, %.2f]",
 				c.scen, c.size, c.clients, g.Share, c.lo, c.hi)

@@ -61,6 +61,12 @@ type rxfreshHbmNetnsKey struct {
 	Pad      uint32
 }
 
+type rxfreshHbmPeerKey struct {
+	_           structs.HostLayout
+	NetnsCookie uint64
+	Addr        [4]uint32
+}
+
 type rxfreshHbmQueue struct {
 	_    structs.HostLayout
 	Lock struct {
@@ -179,6 +185,7 @@ const (
 	rxfreshMapHbmLimitMap  = "hbm_limit_map"
 	rxfreshMapHbmListenMap = "hbm_listen_map"
 	rxfreshMapHbmNetnsMap  = "hbm_netns_map"
+	rxfreshMapHbmPeerMap   = "hbm_peer_map"
 	rxfreshMapHbmQueueMap  = "hbm_queue_map"
 	rxfreshMapHbmRxMap     = "hbm_rx_map"
 	rxfreshMapHbmWalkMap   = "hbm_walk_map"
@@ -241,6 +248,7 @@ type rxfreshMapSpecs struct {
 	HbmLimitMap  *ebpf.MapSpec `ebpf:"hbm_limit_map"`
 	HbmListenMap *ebpf.MapSpec `ebpf:"hbm_listen_map"`
 	HbmNetnsMap  *ebpf.MapSpec `ebpf:"hbm_netns_map"`
+	HbmPeerMap   *ebpf.MapSpec `ebpf:"hbm_peer_map"`
 	HbmQueueMap  *ebpf.MapSpec `ebpf:"hbm_queue_map"`
 	HbmRxMap     *ebpf.MapSpec `ebpf:"hbm_rx_map"`
 	HbmWalkMap   *ebpf.MapSpec `ebpf:"hbm_walk_map"`
@@ -277,6 +285,7 @@ type rxfreshMaps struct {
 	HbmLimitMap  *ebpf.Map `ebpf:"hbm_limit_map"`
 	HbmListenMap *ebpf.Map `ebpf:"hbm_listen_map"`
 	HbmNetnsMap  *ebpf.Map `ebpf:"hbm_netns_map"`
+	HbmPeerMap   *ebpf.Map `ebpf:"hbm_peer_map"`
 	HbmQueueMap  *ebpf.Map `ebpf:"hbm_queue_map"`
 	HbmRxMap     *ebpf.Map `ebpf:"hbm_rx_map"`
 	HbmWalkMap   *ebpf.Map `ebpf:"hbm_walk_map"`
@@ -289,6 +298,7 @@ func (m *rxfreshMaps) Close() error {
 		m.HbmLimitMap,
 		m.HbmListenMap,
 		m.HbmNetnsMap,
+		m.HbmPeerMap,
 		m.HbmQueueMap,
 		m.HbmRxMap,
 		m.HbmWalkMap,
