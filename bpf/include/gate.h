@@ -13,7 +13,8 @@
  *
  * How: the kernel asks the listener's sockops programs for a request's SYN
  * timeout (BPF_SOCK_OPS_TIMEOUT_INIT) just before its first SYN-ACK. If a
- * limited group on the listener's path stands above its mark, gate_timeout
+ * limited group on the listener's path stands above its drop-large
+ * threshold, gate_timeout
  * answers with the time the excess takes to drain (at least GATE_MIN_NS,
  * in jiffies), and the egress program refuses that first SYN-ACK
  * (police_level, v->gate); the request's timer sends it again after the
@@ -49,8 +50,9 @@
 /* A request timeout below this was shortened (by the gate; the kernel's is a
  * second, TCP_TIMEOUT_INIT). */
 #define GATE_SHORT_NS (500 * 1000000ULL)
-/* The tick is measured over at least this many jiffies (1-2.5 s). */
-#define GATE_CLOCK_JIFFIES 256
+/* The tick is measured over at least this many jiffies (64-640 ms; a
+ * jiffies64 read lags by at most one: 1.6%). */
+#define GATE_CLOCK_JIFFIES 64
 
 /* jiffy_ns is the kernel's tick in ns, measured against ktime since the
  * first call (HZ is a build option: 100-1000); 0 until measured. */
@@ -73,8 +75,14 @@ static __always_inline __u64 jiffy_ns(__u64 now)
 	return (now - c->ns0) / (j - c->jiffies0);
 }
 
-/* gate_excess_ns is how far group id's egress backlog stands above its mark
- * (<= 0: not over). Unlocked: one aligned 64-bit read. */
+/* gate_excess_ns is how far group id's egress backlog stands above its
+ * drop-large threshold (<= 0: not over): where the policer would refuse a
+ * bulk packet, the gate holds a new connection. Not the mark: a backlog
+ * between the two is a burst the group may take, and what keeps the rate
+ * is that the backlog stays bounded (below the clamp that would forget
+ * it), not that it stays low; gating at the mark held a third of 8
+ * clients' connections for a few ms each and lengthened their tail. Unlocked: one aligned
+ * 64-bit read. */
 static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
 {
 	struct hbm_key key = { .cgroup_id = id, .dir = HBM_DIR_EGRESS };
@@ -87,7 +95,7 @@ static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
 	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 	if (!q)
 		return 0;
-	return (__s64)(q->vtime_ns - now) - (__s64)cfg->mark_ns;
+	return (__s64)(q->vtime_ns - now) - (__s64)cfg->drop_large_ns;
 }
 
 /* peer_key fills k with the socket's remote address and network namespace. */

@@ -64,7 +64,7 @@ struct verdict {
 	                     * two-segment floor (hbm.bpf.c) */
 	__u8 gate;          /* egress: the first SYN-ACK of a request the handshake
 	                     * gate timed (gate.h): refused while a level stands
-	                     * above its mark */
+	                     * above its drop-large threshold */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 	/* The levels that charged the packet (police_path): refunded if a
@@ -194,7 +194,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 
 	bpf_spin_lock(&q->lock);
 	backlog = vq_clamp(q, cfg, v->now);
-	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && backlog > (__s64)cfg->mark_ns) {
+	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && backlog > (__s64)cfg->drop_large_ns) {
 		/* gate.h: its timer sends it again once the backlog drained. */
 		st->gated++;
 		bpf_spin_unlock(&q->lock);
