@@ -335,6 +335,14 @@ var helpers = []struct {
 	{asm.FnMapLookupElem, "bpf_map_lookup_elem", "the limits and queues"},
 	{asm.FnKtimeGetNs, "bpf_ktime_get_ns", "the virtual queues' clock"},
 	{asm.FnGetPrandomU32, "bpf_get_prandom_u32", "the congestion code's ramp"},
+	// The handshake gate (bpf/include/gate.h) finds a SYN-ACK's request
+	// socket and learns its listener's groups.
+	{asm.FnSkcLookupTcp, "bpf_skc_lookup_tcp", "the handshake gate finds a SYN-ACK's request socket; cgroup_skb programs have it since Linux 5.2"},
+	{asm.FnSkRelease, "bpf_sk_release", "releases what bpf_skc_lookup_tcp found"},
+	{asm.FnSkcToTcpRequestSock, "bpf_skc_to_tcp_request_sock", "the handshake gate reads the request's timeout; Linux >= 5.9"},
+	{asm.FnProbeReadKernel, "bpf_probe_read_kernel", "CO-RE reads of kernel structures (BPF_CORE_READ); Linux >= 5.5"},
+	{asm.FnJiffies64, "bpf_jiffies64", "the handshake gate measures the kernel's tick; Linux >= 5.5"},
+	{asm.FnMapUpdateElem, "bpf_map_update_elem", "the handshake gate's listener map"},
 }
 
 // haveHelper probes whether a program of type pt may call fn; a variable so
