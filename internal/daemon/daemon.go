@@ -284,6 +284,7 @@ func (d *Daemon) apply(res Resolution) (passStats, error) {
 	}
 	for _, w := range m.Warnings {
 		d.log.Printf("warning: %s", safetext.Quote(w))
+		d.health.Warnings.Inc()
 	}
 	labels := map[uint64]metrics.GroupLabels{}
 	for k, t := range res.Targets {

@@ -50,16 +50,23 @@ func (m *Manager) walkSockets(g cgroup.Group, d Direction, release bool) (seen, 
 
 	var errs []error
 	var assisted []string
+	var unreached []string
 	if release {
 		// The namespaces where the assists changed sockets of g or below:
 		// no process of g may be left there (measured: a receiver's clamp
 		// outlived the unset because the walk never entered its namespace).
-		assisted = m.assistedNetns(g)
+		assisted, unreached = m.assistedNetns(g)
 	}
-	for _, ns := range netnsOf(g, assisted) {
+	paths, blind := netnsOf(g, assisted)
+	unreached = append(unreached, blind...)
+	for _, ns := range paths {
 		if err := inNetns(ns, func() error { return drain(it) }); err != nil {
 			errs = append(errs, fmt.Errorf("netns %s: %w", ns, err))
 		}
+	}
+	if len(unreached) > 0 {
+		// Never silent: sockets in these namespaces were not walked.
+		errs = append(errs, unreachedError(unreached))
 	}
 	if err := m.st.walk.Lookup(&zero, &w); err != nil {
 		errs = append(errs, fmt.Errorf("socket walker results: %w", err))
@@ -80,17 +87,27 @@ func drain(it *link.Iter) error {
 
 // netnsOf lists the network namespaces (as /proc/PID/ns/net paths, one per
 // namespace) of the processes in g and below, with hbm's own first, then
-// those of also not already listed.
-func netnsOf(g cgroup.Group, also []string) []string {
+// those of also not already listed. It also returns the processes whose
+// namespace it could not read (not those that exited meanwhile): reading
+// another process's /proc/PID/ns/net takes ptrace read access, refused
+// without CAP_SYS_PTRACE to a process whose uid differs or whose
+// capabilities hbm lacks (every container process); and a process outside
+// hbm's PID namespace shows as pid 0 in cgroup.procs.
+func netnsOf(g cgroup.Group, also []string) (paths, unreached []string) {
 	seen := map[uint64]bool{}
-	out := []string{}
 	add := func(path string) {
-		ino := inode(path)
-		if ino == 0 || seen[ino] {
+		ino, err := inodeErr(path)
+		if err != nil {
+			if !gone(err) {
+				unreached = append(unreached, err.Error())
+			}
+			return
+		}
+		if seen[ino] {
 			return
 		}
 		seen[ino] = true
-		out = append(out, path)
+		paths = append(paths, path)
 	}
 	add("/proc/self/ns/net")
 	const maxProcs = 100000 // bound the walk on huge groups
@@ -106,18 +123,46 @@ func netnsOf(g cgroup.Group, also []string) []string {
 		defer f.Close()
 		s := bufio.NewScanner(f)
 		for s.Scan() && n < maxProcs {
-			if pid, err := strconv.Atoi(strings.TrimSpace(s.Text())); err == nil {
+			pid, err := strconv.Atoi(strings.TrimSpace(s.Text()))
+			switch {
+			case err != nil:
+			case pid == 0:
+				unreached = append(unreached, fmt.Sprintf("a process of %s outside hbm's PID namespace", p))
+			default:
 				add(fmt.Sprintf("/proc/%d/ns/net", pid))
-				n++
 			}
+			n++
 		}
 		return nil
 	})
 	for _, p := range also {
 		add(p)
 	}
-	return out
+	return paths, unreached
 }
+
+// gone reports whether err says the process (or thread) is no longer there.
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH)
+}
+
+// unreachedError says which namespaces the walk could not enter, and what
+// hbm needs to enter them.
+func unreachedError(what []string) error {
+	const show = 3
+	more := ""
+	if len(what) > show {
+		more = fmt.Sprintf(" and %d more", len(what)-show)
+		what = what[:show]
+	}
+	return fmt.Errorf("%w: %s%s (hbm needs CAP_SYS_PTRACE to read another process's network namespace, and the host's PID namespace: hostPID in Kubernetes)",
+		ErrSocketsUnreached, strings.Join(what, "; "), more)
+}
+
+// ErrSocketsUnreached: the socket walker could not enter some network
+// namespace a group's sockets may be in; their connections were not
+// assisted (set) or keep the assist's pacing cap or window clamp (unset).
+var ErrSocketsUnreached = errors.New("network namespaces not walked")
 
 // inNetns runs fn on a thread switched into the network namespace at path,
 // and switches back. If switching back fails the thread is left locked, so
@@ -150,20 +195,28 @@ func inNetns(path string, fn func() error) error {
 // inode is the inode number of the file at path (0 if it cannot be read):
 // a network namespace's identity, and a cgroup2 directory's id.
 func inode(path string) uint64 {
+	ino, _ := inodeErr(path)
+	return ino
+}
+
+// inodeErr is inode with the reason it could not be read.
+func inodeErr(path string) (uint64, error) {
 	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
-		return 0
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
-	return st.Ino
+	return st.Ino, nil
 }
 
 // assistedNetns returns a path for each network namespace in which an
 // assist changed a socket of g or a group below it (hbm_netns_map), found
 // among the named namespaces (/run/netns) and those of every process and
-// thread. Namespaces no longer found are gone, and their sockets with them.
-func (m *Manager) assistedNetns(g cgroup.Group) []string {
+// thread. Namespaces no longer found are gone, and their sockets with them,
+// unless the search could not read some process's namespace: then each one
+// not found is returned in unreached.
+func (m *Manager) assistedNetns(g cgroup.Group) (paths, unreached []string) {
 	if m.st.netns == nil {
-		return nil
+		return nil, nil
 	}
 	ids := map[uint64]bool{g.ID: true}
 	filepath.WalkDir(g.Dir, func(p string, d fs.DirEntry, err error) error {
@@ -184,19 +237,32 @@ func (m *Manager) assistedNetns(g cgroup.Group) []string {
 		}
 	}
 	if len(want) == 0 {
-		return nil
+		return nil, nil
 	}
-	return findNetns(want)
+	paths, denied := findNetns(want)
+	if denied != nil {
+		for ino := range want {
+			unreached = append(unreached, fmt.Sprintf("network namespace %d, where sockets of %s were assisted, not found (%v)", ino, g, denied))
+		}
+	}
+	return paths, unreached
 }
 
-// findNetns returns one path per namespace inode in want that it finds:
-// bind mounts under /run/netns first, then /proc/PID/ns/net, then
-// /proc/PID/task/TID/ns/net (a thread may sit in a namespace its process
-// left).
-func findNetns(want map[uint64]bool) []string {
-	var out []string
+// findNetns returns one path per namespace inode in want that it finds
+// (removing it from want): bind mounts under /run/netns first, then
+// /proc/PID/ns/net, then /proc/PID/task/TID/ns/net (a thread may sit in a
+// namespace its process left). denied is the first error (other than a
+// process that exited) that kept it from reading a namespace.
+func findNetns(want map[uint64]bool) (out []string, denied error) {
 	try := func(p string) {
-		if ino := inode(p); want[ino] {
+		ino, err := inodeErr(p)
+		if err != nil {
+			if denied == nil && !gone(err) {
+				denied = err
+			}
+			return
+		}
+		if want[ino] {
 			delete(want, ino)
 			out = append(out, p)
 		}
@@ -210,7 +276,7 @@ func findNetns(want map[uint64]bool) []string {
 	procs, _ := os.ReadDir("/proc")
 	for _, e := range procs {
 		if len(want) == 0 {
-			return out
+			return out, nil
 		}
 		if _, err := strconv.Atoi(e.Name()); err == nil {
 			try(filepath.Join("/proc", e.Name(), "ns/net"))
@@ -218,7 +284,7 @@ func findNetns(want map[uint64]bool) []string {
 	}
 	for _, e := range procs {
 		if len(want) == 0 {
-			return out
+			return out, nil
 		}
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
@@ -228,5 +294,8 @@ func findNetns(want map[uint64]bool) []string {
 			try(filepath.Join("/proc", e.Name(), "task", t.Name(), "ns/net"))
 		}
 	}
-	return out
+	if len(want) == 0 {
+		denied = nil
+	}
+	return out, denied
 }

@@ -122,6 +122,7 @@ type Health struct {
 	LastConfigReload      prometheus.Gauge
 	OwnedLimits           prometheus.Gauge
 	Conflicts             prometheus.Gauge
+	Warnings              prometheus.Counter
 }
 
 // NewRegistry returns a registry with the group collector, the daemon's
@@ -145,9 +146,11 @@ func NewRegistry(version string, groups *GroupCollector) (*prometheus.Registry, 
 			Help: "Limits (group and direction) the daemon applied and keeps."}),
 		Conflicts: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hbm_daemon_conflicting_limits",
 			Help: "Declared limits left alone because a limit set by hand holds the group and direction."}),
+		Warnings: prometheus.NewCounter(prometheus.CounterOpts{Name: "hbm_daemon_warnings_total",
+			Help: "Warnings of reconcile passes (the log says each): e.g. existing connections the socket walker could not reach."}),
 	}
 	reg.MustRegister(h.ReconcileErrors, h.Reconciles, h.LastReconcile, h.LastReconcileDuration,
-		h.ConfigReloadOK, h.LastConfigReload, h.OwnedLimits, h.Conflicts)
+		h.ConfigReloadOK, h.LastConfigReload, h.OwnedLimits, h.Conflicts, h.Warnings)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "hbm_build_info",
 		Help:        "Build information of the running hbm: always 1.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})

@@ -46,9 +46,10 @@ func checkKernel() (string, string, error) {
 
 // Capabilities HBM needs (linux/capability.h).
 const (
-	capNetAdmin = 12
-	capSysAdmin = 21
-	capBPF      = 39
+	capNetAdmin  = 12
+	capSysPtrace = 19
+	capSysAdmin  = 21
+	capBPF       = 39
 )
 
 func checkPrivileges() (string, string, error) {
@@ -73,6 +74,25 @@ func checkPrivileges() (string, string, error) {
 		return who, hint, fmt.Errorf("missing %s", strings.Join(missing, ", "))
 	}
 	return who + " with CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN", "", nil
+}
+
+// checkSysPtrace: the socket walker enters other processes' network
+// namespaces through /proc/PID/ns/net, which takes CAP_SYS_PTRACE unless
+// hbm runs with every capability they hold and as their uid.
+func checkSysPtrace() (string, string, error) {
+	const hint = "add CAP_SYS_PTRACE (deploy/systemd/hbm.service, deploy/kubernetes/daemonset.yaml ship it): without it set and unset warn that they did not reach connections in other network namespaces"
+	status, err := os.ReadFile(procSelfStatus)
+	if err != nil {
+		return "", hint, err
+	}
+	eff, err := parseCapEff(string(status))
+	if err != nil {
+		return "", hint, err
+	}
+	if eff&(1<<capSysPtrace) == 0 {
+		return "", hint, errors.New("missing CAP_SYS_PTRACE")
+	}
+	return "CAP_SYS_PTRACE: the socket walker can enter other processes' network namespaces", "", nil
 }
 
 // parseCapEff reads the effective capability set from /proc/<pid>/status.

@@ -58,6 +58,7 @@ func Checks() []Check {
 	return []Check{
 		{"kernel", "kernel", Info, checkKernel},
 		{"privileges", "privileges", Required, checkPrivileges},
+		{"sys_ptrace", "other namespaces' sockets", Optional, checkSysPtrace},
 		{"cgroup2", "cgroup v2", Required, checkCgroup2},
 		{"bpffs", "bpffs", Required, checkBPFFS},
 		{"btf", "kernel BTF", Required, checkBTF},

@@ -282,30 +282,7 @@ func TestHardenWalkerCgroupNamespace(t *testing.T) {
 	// exists: only the walker can give them the per-ACK callback that
 	// applies the pacing cap.
 	startLoad(t, l, dir, "cubic", egStreams, 0)
-	// caps returns the pacing caps (bits/s; 0: none) of the sender's
-	// connections to the receiver, as ss reports them.
-	caps := func() []float64 {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", l.tb.SenderNS, "ss", "-tinH", "state", "established",
-			"dst", l.tb.ReceiverIP4.String()).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ss: %v: %s", err, out)
-		}
-		var cs []float64
-		for _, line := range strings.Split(string(out), "\n") {
-			if !strings.Contains(line, "bytes_acked") {
-				continue // the address line of a socket, not its info line
-			}
-			cap := 0.0
-			if m := pacingCapRE.FindStringSubmatch(line); m != nil {
-				cap, _ = strconv.ParseFloat(m[1], 64)
-			}
-			cs = append(cs, cap)
-		}
-		return cs
-	}
+	caps := func() []float64 { return pacingCaps(t, l) }
 	time.Sleep(time.Second)
 	before := caps()
 	capped := func(cs []float64) int {
