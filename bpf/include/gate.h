@@ -139,6 +139,8 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 	__s64 wait = 0, e;
 	int i;
 
+	if (skops->is_fullsock)
+		return 1; /* an active open's SYN: not gated */
 	k.netns_cookie = bpf_get_netns_cookie(skops);
 	k.port = skops->local_port;
 	l = bpf_map_lookup_elem(&hbm_listen_map, &k);
