@@ -47,12 +47,25 @@
 /* A SYN-ACK sent within this of the request's first is the first (its
  * retransmissions come a timeout later, at least a jiffy). */
 #define GATE_FIRST_US 1000
-/* A request timeout below this was shortened (by the gate; the kernel's is a
- * second, TCP_TIMEOUT_INIT). */
-#define GATE_SHORT_NS (500 * 1000000ULL)
-/* The tick is measured over at least this many jiffies (64-640 ms; a
- * jiffies64 read lags by at most one: 1.6%). */
-#define GATE_CLOCK_JIFFIES 64
+/* The tick is measured over at least this many jiffies (16-160 ms) and
+ * taken to be the nearest of the usual HZ's ticks when within 1/16 of it (a
+ * jiffies64 read lags by at most one: 1/16 of the span). The measurement
+ * starts at the first connection of a limited group (pacing.h). */
+#define GATE_CLOCK_JIFFIES 16
+
+/* gate_tick snaps a measured tick to HZ 1000, 300, 250 or 100 (0: none). */
+static __always_inline __u64 gate_tick(__u64 est)
+{
+	if (est * 16 >= 15 * 1000000ULL && est * 16 <= 17 * 1000000ULL)
+		return 1000000ULL;
+	if (est * 16 >= 15 * 3333333ULL && est * 16 <= 17 * 3333333ULL)
+		return 3333333ULL;
+	if (est * 16 >= 15 * 4000000ULL && est * 16 <= 17 * 4000000ULL)
+		return 4000000ULL;
+	if (est * 16 >= 15 * 10000000ULL && est * 16 <= 17 * 10000000ULL)
+		return 10000000ULL;
+	return 0;
+}
 
 /* jiffy_ns is the kernel's tick in ns, measured against ktime since the
  * first call (HZ is a build option: 100-1000); 0 until measured. */
@@ -60,11 +73,13 @@ static __always_inline __u64 jiffy_ns(__u64 now)
 {
 	struct hbm_clock *c;
 	__u32 zero = 0;
-	__u64 j = bpf_jiffies64();
+	__u64 j = bpf_jiffies64(), est, tick;
 
 	c = bpf_map_lookup_elem(&hbm_clock_map, &zero);
 	if (!c)
 		return 0;
+	if (c->jiffy_ns)
+		return c->jiffy_ns;
 	if (!c->ns0) {
 		c->jiffies0 = j;
 		c->ns0 = now;
@@ -72,7 +87,12 @@ static __always_inline __u64 jiffy_ns(__u64 now)
 	}
 	if (j - c->jiffies0 < GATE_CLOCK_JIFFIES)
 		return 0;
-	return (now - c->ns0) / (j - c->jiffies0);
+	est = (now - c->ns0) / (j - c->jiffies0);
+	tick = gate_tick(est);
+	if (tick)
+		c->jiffy_ns = tick;
+	/* An unusual HZ: the measurement, better as the span grows. */
+	return tick ? tick : est;
 }
 
 /* gate_excess_ns is how far group id's egress backlog stands above its
@@ -240,7 +260,9 @@ static __always_inline int gate_synack(struct __sk_buff *skb, struct bpf_sock *s
 		if (bpf_core_field_exists(req->req.req.timeout) && now / 1000 - snt_us <= GATE_FIRST_US) {
 			j = jiffy_ns(now);
 			timeout = BPF_CORE_READ(req, req.req.timeout);
-			held = j && (__u64)timeout * j < GATE_SHORT_NS;
+			/* A timeout the gate may have set (the kernel's is a
+			 * second, TCP_TIMEOUT_INIT). */
+			held = j && (__u64)timeout * j <= GATE_MAX_NS + j;
 		}
 	}
 	bpf_sk_release(skc);

@@ -229,10 +229,11 @@ struct hbm_peer_key {
 };
 
 /* The kernel's tick, measured (gate.h): jiffies64 and ktime at the first
- * reading. */
+ * reading, and the tick once known (0: not yet). */
 struct hbm_clock {
 	__u64 jiffies0;
 	__u64 ns0;
+	__u64 jiffy_ns;
 };
 
 /* Parameters and results of one run of the socket walker (sockets.h). */

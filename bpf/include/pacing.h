@@ -114,6 +114,7 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG |
 						 BPF_SOCK_OPS_STATE_CB_FLAG);
 		gate_peer_note(skops);
+		jiffy_ns(bpf_ktime_get_ns()); /* starts the gate's clock */
 		return 1;
 	case BPF_SOCK_OPS_TIMEOUT_INIT:
 		return gate_timeout(skops);

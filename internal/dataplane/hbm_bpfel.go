@@ -17,6 +17,7 @@ type hbmHbmClock struct {
 	_        structs.HostLayout
 	Jiffies0 uint64
 	Ns0      uint64
+	JiffyNs  uint64
 }
 
 type hbmHbmConfig struct {

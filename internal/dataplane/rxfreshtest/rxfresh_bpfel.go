@@ -17,6 +17,7 @@ type rxfreshHbmClock struct {
 	_        structs.HostLayout
 	Jiffies0 uint64
 	Ns0      uint64
+	JiffyNs  uint64
 }
 
 type rxfreshHbmConfig struct {
