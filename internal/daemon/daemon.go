@@ -64,7 +64,7 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Resync = 5 * time.Minute
 	}
 	d := &Daemon{opts: opts, log: opts.Log, labels: map[uint64]metrics.GroupLabels{}}
-	d.cfg = &Config{}
+	d.cfg = &Config{Pods: DefaultPodPolicy()}
 	if opts.ConfigPath != "" {
 		cfg, err := Load(opts.ConfigPath)
 		if err != nil {
@@ -100,6 +100,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	var podsChanged <-chan struct{}
 	if opts.Pods != nil {
+		opts.Pods.SetPolicy(d.cfg.Pods)
 		start := time.Now()
 		if err := opts.Pods.Start(ctx); err != nil {
 			return err
@@ -181,6 +182,9 @@ func (d *Daemon) reload(why string) bool {
 		return false
 	}
 	d.cfg = cfg
+	if d.opts.Pods != nil {
+		d.opts.Pods.SetPolicy(cfg.Pods)
+	}
 	d.health.ConfigReloadOK.Set(1)
 	d.health.LastConfigReload.Set(float64(time.Now().UnixNano()) / 1e9)
 	d.log.Printf("reloaded %s (%s): %d rules", d.opts.ConfigPath, why, len(cfg.Rules))
@@ -264,6 +268,9 @@ func (d *Daemon) apply(res Resolution) (passStats, error) {
 			errs = append(errs, err)
 		}
 	}
+	for _, c := range plan.TakenOver {
+		d.log.Printf("taken over by hand: %s", safetext.Quote(c))
+	}
 	for _, c := range plan.Conflicts {
 		d.log.Printf("conflict: %s", safetext.Quote(c))
 	}
@@ -304,8 +311,8 @@ func (d *Daemon) apply(res Resolution) (passStats, error) {
 // applyOp records, applies, unrecords: a kill between any two steps leaves
 // a state the next pass finishes (see owned.go).
 func (d *Daemon) applyOp(m *dataplane.Manager, own *Owned, op Op) error {
-	for _, k := range op.Own {
-		if err := own.Add(k); err != nil {
+	for _, o := range op.Own {
+		if err := own.Add(o.Key, o.Record); err != nil {
 			return err
 		}
 	}

@@ -29,8 +29,8 @@ type Target struct {
 	Line  int    // the rule's line in the file (0: declared by a pod)
 	// Namespace and Pod name the Kubernetes pod that declared the limit.
 	Namespace, Pod string
-	// Keep: leave the limit the daemon applied as it is, make none (the
-	// pod's annotations are invalid; Limit is unset).
+	// Keep: leave the limit the daemon applied as it is; where there is
+	// none, create Limit if it is set (Rate > 0), else nothing.
 	Keep bool
 }
 

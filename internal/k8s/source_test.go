@@ -17,6 +17,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/hbm-dev/hbm/internal/daemon"
+	"github.com/hbm-dev/hbm/internal/rate"
 )
 
 // The source against a fake clientset (the end-to-end test, test/k8s, uses
@@ -60,6 +61,9 @@ func TestSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pol := daemon.DefaultPodPolicy()
+	pol.Allowed["no-drop"] = true // b's
+	src.SetPolicy(pol)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := src.Start(ctx); err != nil {
@@ -83,8 +87,10 @@ func TestSource(t *testing.T) {
 	if b := m["b"]; b.Ingress == nil || !b.Ingress.NoDrop || b.Egress != nil {
 		t.Errorf("b: %+v", b)
 	}
-	if bad := m["bad"]; !bad.Keep || bad.Egress != nil {
-		t.Errorf("bad: %+v, want Keep", bad)
+	// Invalid: the node's default limit (none configured: hbm's minimum),
+	// never unlimited.
+	if bad := m["bad"]; bad.KeepEgress || bad.Egress == nil || bad.Egress.Rate != rate.Min || bad.Ingress != nil {
+		t.Errorf("bad: %+v, want egress at the default limit", bad)
 	}
 	// The invalid value is an Event on the pod, once.
 	events := func() []corev1.Event {
@@ -149,5 +155,38 @@ func TestSource(t *testing.T) {
 func TestSourceNeedsNode(t *testing.T) {
 	if _, err := NewWithClient(fake.NewClientset().CoreV1(), Config{}, t.TempDir(), log.New(io.Discard, "", 0)); err == nil || !strings.Contains(err.Error(), "NODE_NAME") {
 		t.Errorf("no node name: %v", err)
+	}
+}
+
+// A static pod's mirror is limited on the group kubelet made for the static
+// pod, named after the config hash; a hash that is not one is ignored.
+func TestSourceMirrorPod(t *testing.T) {
+	mnt := t.TempDir()
+	os.MkdirAll(filepath.Join(mnt, "kubepods.slice"), 0o755)
+	const hash = "6f1e0a9b4c2d8e7f6f1e0a9b4c2d8e7f"
+	mirror := testPod("etcd-n1", "n1", "api-uid-1", map[string]string{EgressAnnotation: "100M",
+		MirrorAnnotation: hash, HashAnnotation: hash, "kubernetes.io/config.source": "file"})
+	evil := testPod("evil", "n1", "api-uid-2", map[string]string{EgressAnnotation: "100M",
+		MirrorAnnotation: "x", HashAnnotation: "../../../system.slice"})
+	cs := fake.NewClientset(mirror, evil)
+	src, err := NewWithClient(noWatchList{cs.CoreV1()}, Config{NodeName: "n1"}, mnt, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pods, _ := src.Pods()
+	got := map[string]string{}
+	for _, p := range pods {
+		got[p.Name] = p.Cgroup
+	}
+	if want := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + hash + ".slice"; got["etcd-n1"] != want {
+		t.Errorf("mirror pod's group %q, want %q (named after the config hash)", got["etcd-n1"], want)
+	}
+	if want := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podapi_uid_2.slice"; got["evil"] != want {
+		t.Errorf("pod with a bad hash: group %q, want its own %q", got["evil"], want)
 	}
 }
