@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,8 @@ type Daemon struct {
 
 	mu     sync.Mutex
 	labels map[uint64]metrics.GroupLabels // group id -> unit, namespace, pod, for the metrics
+
+	capped string // the glob rules over their max_groups, as last logged
 }
 
 // debounce lets a burst of cgroup events (a unit restarting) make one pass.
@@ -72,7 +75,14 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		d.cfg = cfg
 	}
-	var err error
+	if err := checkPinDir(opts.PinDir); err != nil {
+		return err
+	}
+	lock, err := lockPinDir(opts.PinDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	if d.mnt, err = cgroup.Mount(); err != nil {
 		return err
 	}
@@ -226,6 +236,17 @@ func (d *Daemon) pass(why string) error {
 	for _, w := range res.Warnings {
 		d.log.Printf("warning: %s", w)
 	}
+	// Logged when it changes (a glob over a busy subtree passes often).
+	if c := strings.Join(res.Capped, "\n"); c != d.capped {
+		d.capped = c
+		for _, l := range res.Capped {
+			d.log.Printf("warning: %s", safetext.Quote(l))
+		}
+		if c == "" {
+			d.log.Printf("every glob rule within its max_groups again")
+		}
+	}
+	d.health.GlobGroupsOverCap.Set(float64(res.OverCap))
 	st, err := d.apply(res)
 	if err != nil {
 		d.health.ReconcileErrors.Inc()

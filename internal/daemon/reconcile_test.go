@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"cmp"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,5 +228,45 @@ func TestResolve(t *testing.T) {
 	wantWatch := []string{"", "/system.slice", "/user.slice", "/user.slice/user-1000.slice", "/workloads", "/workloads/a", "/workloads/b"}
 	if !slices.Equal(watch, wantWatch) {
 		t.Errorf("watch %q, want %q", watch, wantWatch)
+	}
+}
+
+// TestResolveGlobCap: a glob over a subtree others can write limits at most
+// max_groups groups, the oldest (lowest cgroup id) first, and says so.
+func TestResolveGlobCap(t *testing.T) {
+	mnt := t.TempDir()
+	for i := range 8 {
+		if err := os.MkdirAll(filepath.Join(mnt, "users", fmt.Sprintf("d%d", 7-i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := Parse("f", []byte("limits:\n  - glob: /users/*\n    egress: 1mbit\n    max_groups: 3\n  - cgroup: /users\n    egress: 5mbit\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Resolve(mnt, cfg)
+	var got []string
+	for _, tg := range res.Targets {
+		got = append(got, tg.Group.Rel)
+	}
+	slices.Sort(got)
+	// The three lowest ids (on cgroup2 the ones created first).
+	type idName struct {
+		id   uint64
+		name string
+	}
+	var all []idName
+	for i := range 8 {
+		g, _ := group(mnt, filepath.Join(mnt, "users", fmt.Sprintf("d%d", i)))
+		all = append(all, idName{g.ID, g.Rel})
+	}
+	slices.SortFunc(all, func(a, b idName) int { return cmp.Compare(a.id, b.id) })
+	want := []string{"/users", all[0].name, all[1].name, all[2].name}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("targets %q, want %q", got, want)
+	}
+	if res.OverCap != 5 || len(res.Capped) != 1 || !strings.Contains(res.Capped[0], "line 2: glob /users/* matches 8 groups, more than its max_groups 3") {
+		t.Errorf("capped %q over %d", res.Capped, res.OverCap)
 	}
 }

@@ -120,6 +120,7 @@ type Health struct {
 	LastConfigReload      prometheus.Gauge
 	OwnedLimits           prometheus.Gauge
 	Conflicts             prometheus.Gauge
+	GlobGroupsOverCap     prometheus.Gauge
 }
 
 // NewRegistry returns a registry with the group collector, the daemon's
@@ -143,9 +144,11 @@ func NewRegistry(version string, groups *GroupCollector) (*prometheus.Registry, 
 			Help: "Limits (group and direction) the daemon applied and keeps."}),
 		Conflicts: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hbm_daemon_conflicting_limits",
 			Help: "Declared limits left alone because a limit set by hand holds the group and direction."}),
+		GlobGroupsOverCap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hbm_daemon_glob_groups_over_cap",
+			Help: "Groups matched by glob rules but not limited because the rule's max_groups was reached."}),
 	}
 	reg.MustRegister(h.ReconcileErrors, h.Reconciles, h.LastReconcile, h.LastReconcileDuration,
-		h.ConfigReloadOK, h.LastConfigReload, h.OwnedLimits, h.Conflicts)
+		h.ConfigReloadOK, h.LastConfigReload, h.OwnedLimits, h.Conflicts, h.GlobGroupsOverCap)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "hbm_build_info",
 		Help:        "Build information of the running hbm: always 1.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
