@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -161,11 +162,44 @@ func NewRegistry(version string, groups *GroupCollector) (*prometheus.Registry, 
 	return reg, h
 }
 
+// ServerOptions bound what clients of the metrics endpoint can hold: it is
+// unauthenticated (keep it on 127.0.0.1, or behind a NetworkPolicy: README).
+type ServerOptions struct {
+	ReadHeaderTimeout time.Duration // a request's headers must arrive within it
+	ReadTimeout       time.Duration // the whole request
+	WriteTimeout      time.Duration // the whole response (a scrape: collect and send)
+	IdleTimeout       time.Duration // a keep-alive connection between requests
+	// MaxInFlight scrapes are served at once; more get 503 at once (each
+	// reads every limit: 10,000 take about a second of CPU).
+	MaxInFlight int
+}
+
+// DefaultServerOptions are the daemon's.
+func DefaultServerOptions() ServerOptions {
+	return ServerOptions{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxInFlight: 2}
+}
+
+// NewServer is the HTTP server of reg's metrics, bounded by o.
+func NewServer(reg *prometheus.Registry, o ServerOptions) *http.Server {
+	return &http.Server{
+		Handler:           handler(reg, o.MaxInFlight, o.WriteTimeout*4/5),
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		ReadTimeout:       o.ReadTimeout,
+		WriteTimeout:      o.WriteTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+	}
+}
+
 // Handler serves reg's metrics at /metrics, read only (GET and HEAD), and
-// nothing else.
-func Handler(reg *prometheus.Registry) http.Handler {
+// nothing else (no bound on scrapes: NewServer's handler has one).
+func Handler(reg *prometheus.Registry) http.Handler { return handler(reg, 0, 0) }
+
+func handler(reg *prometheus.Registry, maxInFlight int, timeout time.Duration) http.Handler {
 	mux := http.NewServeMux()
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError,
+		MaxRequestsInFlight: maxInFlight, Timeout: timeout})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

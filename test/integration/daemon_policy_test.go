@@ -104,6 +104,7 @@ func TestDaemonScrapeDoesNotHoldBackSet(t *testing.T) {
 	}
 	const rounds = 8
 	var quiet, busy []time.Duration
+	set() // the first attaches the probe's programs: not what is measured
 	for range rounds {
 		quiet = append(quiet, set())
 	}
@@ -132,6 +133,33 @@ func TestDaemonScrapeDoesNotHoldBackSet(t *testing.T) {
 		}()
 	}
 	time.Sleep(500 * time.Millisecond)
+	// The pin directory's exclusive lock, tried every 5 ms while the
+	// scrapes run: the longest it was unavailable is how long a scrape
+	// held writers back (independent of how busy the CPUs are).
+	var (
+		heldMax time.Duration
+		probes  int
+	)
+	func() {
+		f, err := os.Open(l.pinDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		var since time.Time
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			probes++
+			if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				since = time.Time{}
+				continue
+			}
+			if since.IsZero() {
+				since = time.Now()
+			}
+			heldMax = max(heldMax, time.Since(since))
+		}
+	}()
 	for range rounds {
 		busy = append(busy, set())
 	}
@@ -142,13 +170,19 @@ func TestDaemonScrapeDoesNotHoldBackSet(t *testing.T) {
 		n, pctl(quiet, 50).Round(time.Millisecond), pctl(quiet, 100).Round(time.Millisecond),
 		scrapes.Load(), (time.Duration(scrapeT.Load()) / time.Duration(sc)).Round(time.Millisecond),
 		pctl(busy, 50).Round(time.Millisecond), pctl(busy, 100).Round(time.Millisecond))
+	t.Logf("while scraping, the pin directory's lock was unavailable for at most %v (%d tries, every 5 ms for 5 s)", heldMax.Round(time.Millisecond), probes)
 	if scrapes.Load() < 2 {
 		t.Fatalf("%d scrapes: the loop did not run", scrapes.Load())
 	}
-	// Generous (the machine is shared): a writer must not queue behind
-	// scrapes; the median may grow by CPU contention only.
-	if bound := pctl(quiet, 50)*2 + 200*time.Millisecond; pctl(busy, 50) > bound {
-		t.Errorf("hbm set while scraping: P50 %v, above %v (twice the quiet P50 + 200ms)", pctl(busy, 50), bound)
+	// Scrapes take no lock (nothing else writes meanwhile). Under the
+	// shared lock, scrapes back to back held writers back for seconds.
+	if heldMax > 20*time.Millisecond {
+		t.Errorf("while scraping, writers were held back for %v (the lock unavailable), want at most 20ms", heldMax)
+	}
+	// The sets themselves: generous (the scrapes and the machine's other
+	// work take CPU), logged above.
+	if bound := pctl(quiet, 50)*4 + 5*time.Second; pctl(busy, 50) > bound {
+		t.Errorf("hbm set while scraping: median %v, above %v", pctl(busy, 50), bound)
 	}
 }
 
