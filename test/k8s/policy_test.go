@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,19 +18,37 @@ import (
 // range, an unknown hbm.io/ key, a disallowed option, a later 1 h burst)
 // gets the node's default limit or the nearest rate, each with a Warning
 // Event; a static pod's mirror is limited on its config-hash group; with
-// follow_edits false (a reload), later edits change nothing.
+// follow_edits false (a reload of the file, mounted as kubelet mounts a
+// ConfigMap), later edits change nothing.
 func TestKubernetesPolicy(t *testing.T) {
 	l := newLab(t)
 	cg := func(p *corev1.Pod) string { return podCgroup(sdRoot, true, corev1.PodQOSBestEffort, p.UID) }
 	const base = "kubernetes:\n  default_egress: 20mbit\n  default_ingress: 30mbit\n"
+	// The file as kubelet lays out a ConfigMap volume: hbm.yaml ->
+	// ..data/hbm.yaml, ..data -> a timestamped directory; an update writes
+	// a new directory and renames a new link over ..data.
 	cfgDir := t.TempDir()
 	cfg := filepath.Join(cfgDir, "hbm.yaml")
-	writeConfig := func(body string) { // atomically, as an editor does
-		if err := os.WriteFile(cfg+".tmp", []byte(body), 0o644); err != nil {
+	version := 0
+	writeConfig := func(body string) {
+		version++
+		ts := fmt.Sprintf("..2026_11_25_00_00_%02d.%d", version, version)
+		if err := os.Mkdir(filepath.Join(cfgDir, ts), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Rename(cfg+".tmp", cfg); err != nil {
+		if err := os.WriteFile(filepath.Join(cfgDir, ts, "hbm.yaml"), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
+		}
+		if err := os.Symlink(ts, filepath.Join(cfgDir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(cfgDir, "..data_tmp"), filepath.Join(cfgDir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if version == 1 {
+			if err := os.Symlink("..data/hbm.yaml", cfg); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	writeConfig(base)
@@ -80,7 +99,7 @@ func TestKubernetesPolicy(t *testing.T) {
 	want[cg(ok)+" egress"] = 100e6
 	l.expectRates("burst removed", want, 10*time.Second)
 
-	// Edits no longer followed (the file changed: reloaded without a
+	// Edits no longer followed (the ConfigMap updated: reloaded without a
 	// restart): a new rate, or the annotation removed, changes nothing.
 	writeConfig(base + "  follow_edits: false\n")
 	if !testutil.WaitFor(10*time.Second, func() bool { return strings.Contains(d.Out.String(), "reloaded "+cfg) }) {
