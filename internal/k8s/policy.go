@@ -196,16 +196,56 @@ const (
 // accepted too): nothing that could leave the kubepods tree.
 var hashName = regexp.MustCompile(`^[0-9a-fA-F][0-9a-fA-F-]{0,63}$`)
 
-// PodUID is the UID kubelet names the pod's group after: the config hash
-// for a static pod's mirror, the pod's UID otherwise.
-func PodUID(p *corev1.Pod) types.UID {
+// mirrorHash is the config hash a pod claims as a static pod's mirror
+// ("" if it claims none, or not in kubelet's form): the mirror annotation,
+// kubelet's owner reference to the node (every mirror pod has one), and a
+// hash that could be one.
+func mirrorHash(p *corev1.Pod) types.UID {
 	if _, mirror := p.Annotations[MirrorAnnotation]; !mirror {
-		return p.UID
+		return ""
+	}
+	owned := false
+	for _, o := range p.OwnerReferences {
+		owned = owned || (o.Kind == "Node" && o.Name == p.Spec.NodeName)
+	}
+	if !owned {
+		return ""
 	}
 	for _, k := range []string{HashAnnotation, MirrorAnnotation} {
 		if h := p.Annotations[k]; hashName.MatchString(h) {
 			return types.UID(h)
 		}
 	}
-	return p.UID
+	return ""
+}
+
+// podUIDs maps each pod to the UID kubelet names its group after: the
+// config hash for a static pod's mirror, the pod's UID otherwise. The API
+// server does not reserve the mirror annotations to kubelet, so a claim is
+// refused (the pod's own UID used) when the hash is the UID of a pod in the
+// API (a regular pod's group: someone else's), or when an older pod
+// already claims it (the real mirror is made when kubelet starts the static
+// pod).
+func podUIDs(pods []*corev1.Pod) map[*corev1.Pod]types.UID {
+	out := make(map[*corev1.Pod]types.UID, len(pods))
+	uids := map[types.UID]bool{}
+	for _, p := range pods {
+		uids[p.UID] = true
+	}
+	claims := map[types.UID]*corev1.Pod{}
+	for _, p := range pods {
+		out[p] = p.UID
+		h := mirrorHash(p)
+		if h == "" || uids[h] {
+			continue
+		}
+		if prev, ok := claims[h]; ok && !p.CreationTimestamp.Before(&prev.CreationTimestamp) {
+			continue
+		} else if ok {
+			out[prev] = prev.UID
+		}
+		claims[h] = p
+		out[p] = h
+	}
+	return out
 }

@@ -211,6 +211,7 @@ func (s *Source) Pods() ([]daemon.PodDecl, []string) {
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].UID < pods[j].UID })
 	pol := s.currentPolicy()
+	uids := podUIDs(pods)
 	var out []daemon.PodDecl
 	for _, p := range pods {
 		// Edits not followed: every pod of the node keeps what it was
@@ -222,7 +223,7 @@ func (s *Source) Pods() ([]daemon.PodDecl, []string) {
 		if j.Egress == nil && j.Ingress == nil && !j.KeepEgress && !j.KeepIngress {
 			continue
 		}
-		out = append(out, daemon.PodDecl{Namespace: p.Namespace, Name: p.Name, Cgroup: layout.PodCgroup(QOSClass(p), PodUID(p)),
+		out = append(out, daemon.PodDecl{Namespace: p.Namespace, Name: p.Name, Cgroup: layout.PodCgroup(QOSClass(p), uids[p]),
 			Egress: j.Egress, Ingress: j.Ingress, KeepEgress: j.KeepEgress, KeepIngress: j.KeepIngress})
 	}
 	return out, watch

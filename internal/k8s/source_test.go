@@ -159,16 +159,32 @@ func TestSourceNeedsNode(t *testing.T) {
 }
 
 // A static pod's mirror is limited on the group kubelet made for the static
-// pod, named after the config hash; a hash that is not one is ignored.
+// pod, named after the config hash. A claim is refused (the pod's own UID
+// used) without kubelet's owner reference to the node, with a hash that is
+// not one, with another pod's UID, or when an older pod claims it.
 func TestSourceMirrorPod(t *testing.T) {
 	mnt := t.TempDir()
 	os.MkdirAll(filepath.Join(mnt, "kubepods.slice"), 0o755)
 	const hash = "6f1e0a9b4c2d8e7f6f1e0a9b4c2d8e7f"
-	mirror := testPod("etcd-n1", "n1", "api-uid-1", map[string]string{EgressAnnotation: "100M",
-		MirrorAnnotation: hash, HashAnnotation: hash, "kubernetes.io/config.source": "file"})
-	evil := testPod("evil", "n1", "api-uid-2", map[string]string{EgressAnnotation: "100M",
-		MirrorAnnotation: "x", HashAnnotation: "../../../system.slice"})
-	cs := fake.NewClientset(mirror, evil)
+	t0 := metav1.NewTime(time.Now().Add(-time.Hour))
+	mirrorPod := func(name string, uid types.UID, h string, owned bool, created metav1.Time) *corev1.Pod {
+		p := testPod(name, "n1", uid, map[string]string{EgressAnnotation: "100M", MirrorAnnotation: h, HashAnnotation: h, "kubernetes.io/config.source": "file"})
+		p.CreationTimestamp = created
+		if owned {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: "node-uid"}}
+		}
+		return p
+	}
+	const victimUID = "0a1b2c3d-0000-4000-8000-000000000001"
+	victim := testPod("victim", "n1", victimUID, nil)
+	cs := fake.NewClientset(
+		mirrorPod("etcd-n1", "api-uid-1", hash, true, t0),
+		mirrorPod("late-claim", "api-uid-2", hash, true, metav1.Now()),
+		mirrorPod("unowned", "api-uid-3", "aaaa", false, t0),
+		mirrorPod("bad-hash", "api-uid-4", "../../../system.slice", true, t0),
+		mirrorPod("other-pods-uid", "api-uid-5", victimUID, true, t0),
+		victim,
+	)
 	src, err := NewWithClient(noWatchList{cs.CoreV1()}, Config{NodeName: "n1"}, mnt, log.New(io.Discard, "", 0))
 	if err != nil {
 		t.Fatal(err)
@@ -181,12 +197,18 @@ func TestSourceMirrorPod(t *testing.T) {
 	pods, _ := src.Pods()
 	got := map[string]string{}
 	for _, p := range pods {
-		got[p.Name] = p.Cgroup
+		got[p.Name] = strings.TrimPrefix(p.Cgroup, "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-")
 	}
-	if want := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + hash + ".slice"; got["etcd-n1"] != want {
-		t.Errorf("mirror pod's group %q, want %q (named after the config hash)", got["etcd-n1"], want)
+	want := map[string]string{
+		"etcd-n1":        "pod" + hash + ".slice", // the static pod's group
+		"late-claim":     "podapi_uid_2.slice",
+		"unowned":        "podapi_uid_3.slice",
+		"bad-hash":       "podapi_uid_4.slice",
+		"other-pods-uid": "podapi_uid_5.slice",
 	}
-	if want := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podapi_uid_2.slice"; got["evil"] != want {
-		t.Errorf("pod with a bad hash: group %q, want its own %q", got["evil"], want)
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s: group %q, want %q", name, got[name], w)
+		}
 	}
 }

@@ -110,6 +110,7 @@ type podSpec struct {
 	name, node string
 	qos        corev1.PodQOSClass
 	ann        map[string]string
+	mirrorOf   types.UID // a mirror pod: owned by the node with this UID, as kubelet makes them
 }
 
 // createPod creates the pod in the API (as a user would; no scheduler: its
@@ -129,6 +130,10 @@ func (l *lab) createPod(s podSpec) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns, Annotations: s.ann},
 		Spec:       corev1.PodSpec{NodeName: s.node, Containers: []corev1.Container{ctr}},
+	}
+	if s.mirrorOf != "" {
+		ctrl := true
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: s.node, UID: s.mirrorOf, Controller: &ctrl}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

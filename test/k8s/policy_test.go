@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
@@ -22,6 +24,11 @@ import (
 // ConfigMap), later edits change nothing.
 func TestKubernetesPolicy(t *testing.T) {
 	l := newLab(t)
+	node, err := l.c.admin.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeUID := node.UID
 	cg := func(p *corev1.Pod) string { return podCgroup(sdRoot, true, corev1.PodQOSBestEffort, p.UID) }
 	const base = "kubernetes:\n  default_egress: 20mbit\n  default_ingress: 30mbit\n"
 	// The file as kubelet lays out a ConfigMap volume: hbm.yaml ->
@@ -60,7 +67,7 @@ func TestKubernetesPolicy(t *testing.T) {
 	nodrop := l.createPod(podSpec{name: "nodrop", qos: be, ann: map[string]string{"kubernetes.io/egress-bandwidth": "200M", "hbm.io/egress-no-drop": "true"}})
 	ok := l.createPod(podSpec{name: "ok", qos: be, ann: map[string]string{"kubernetes.io/egress-bandwidth": "100M"}})
 	const hash = "0123456789abcdef0123456789abcdef"
-	mirror := l.createPod(podSpec{name: "static-web", qos: be, ann: map[string]string{"kubernetes.io/egress-bandwidth": "50M",
+	mirror := l.createPod(podSpec{name: "static-web", qos: be, mirrorOf: nodeUID, ann: map[string]string{"kubernetes.io/egress-bandwidth": "50M",
 		"kubernetes.io/config.mirror": hash, "kubernetes.io/config.hash": hash, "kubernetes.io/config.source": "file"}})
 	for _, p := range []*corev1.Pod{tiny, unknown, nodrop, ok} {
 		l.mkCgroup(cg(p))
