@@ -70,10 +70,31 @@ kubernetes.io/ingress-bandwidth annotations in force on the pod's cgroup,
 parsed as kubelet parses them (e.g. "10M", "1G": bits per second, 1k to
 1P), with the options of hbm set per direction as hbm.io/<dir>-<option>
 annotations (hbm.io/ingress-no-drop: "true", hbm.io/egress-mark: "2ms").
-kubelet's cgroup driver (systemd or cgroupfs) is read from the cgroup tree.
-An invalid annotation is a Warning Event on the pod (reason InvalidBandwidth)
-and the pod keeps the limits it had. --config is then optional; when both
-declare a limit on the same group and direction, the file wins.`,
+kubelet's cgroup driver (systemd or cgroupfs) is read from the cgroup tree;
+a static pod's mirror is limited on the group named after its config hash.
+--config is then optional; when both declare a limit on the same group and
+direction, the file wins. The file's kubernetes: section is the operator's
+policy (defaults shown):
+
+  kubernetes:
+    allowed_options: [burst, drop-large, drop-small, loopback, mark, no-pace, pace]
+    max_option_duration: 50ms
+    invalid: default        # or keep: the pod's previous limit, else the default
+    default_egress: 8kbit   # the node's default limits (hbm's minimum if unset)
+    default_ingress: 8kbit
+    follow_edits: true      # false: the first limits stay until the pod goes
+
+A direction whose annotation is invalid, not allowed or out of range gets the
+node's default limit (never unlimited) and a Warning Event on the pod (reason
+InvalidBandwidth); a rate kubelet accepts but hbm cannot enforce (below 8k)
+is clamped to the nearest one hbm enforces.
+
+A glob entry limits at most max_groups groups (default 1000; the oldest
+first). One daemon per pin directory (a second exits 1); the pin directory
+must already be on a bpffs (the daemon never mounts one). The file is
+reloaded on SIGHUP, when saved, and when a ConfigMap volume's ..data link is
+swapped. Metrics: unauthenticated, at most 2 scrapes at once, server
+timeouts; scrapes take no lock.`,
 		Example: `  hbm daemon --config /etc/hbm/hbm.yaml
   hbm daemon --config hbm.yaml --metrics 127.0.0.1:9640
   hbm daemon --config hbm.yaml --check     # validate the file and exit

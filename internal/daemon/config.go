@@ -19,6 +19,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,12 +48,96 @@ type Rule struct {
 	Value   string // the cgroup path (cleaned), unit name or glob pattern
 	Egress  *dataplane.Limit
 	Ingress *dataplane.Limit
+	// MaxGroups bounds how many groups a glob rule limits (the ones created
+	// first, by cgroup id, win): a glob over a subtree others may write
+	// must not turn each mkdir into a limit until the data plane is full.
+	MaxGroups int
 }
+
+// MaxGroupsLimit is the data plane's capacity (HBM_MAX_LIMITS).
+const MaxGroupsLimit = 65536
 
 // Config is a parsed and validated configuration file.
 type Config struct {
 	Path  string
 	Rules []Rule
+	// Pods is the operator's policy for what Kubernetes pods may ask for
+	// with their annotations (the file's kubernetes: section; defaults
+	// when absent).
+	Pods PodPolicy
+}
+
+// DefaultMaxGroups bounds how many groups one glob rule limits (max_groups).
+const DefaultMaxGroups = 1000
+
+// InvalidAction is what a pod's direction gets when its annotations are
+// invalid, not allowed by the policy, or out of range.
+type InvalidAction int
+
+const (
+	// InvalidDefault: the node's default limit (default_egress,
+	// default_ingress; hbm's minimum rate where none is set).
+	InvalidDefault InvalidAction = iota
+	// InvalidKeep: the limit the daemon applied to the pod before stays
+	// as it was; a pod that had none gets the node's default limit.
+	InvalidKeep
+)
+
+func (a InvalidAction) String() string { return [...]string{"default", "keep"}[a] }
+
+// PodPolicy is the operator's word on pods' annotations. A pod never gets
+// "unlimited" for an annotation the daemon cannot honour.
+type PodPolicy struct {
+	// Allowed are the hbm.io/<direction>-<option> options pods may set
+	// (no-drop, no-pace, loopback, burst, pace, mark, drop-large,
+	// drop-small). An option not allowed makes the direction invalid.
+	Allowed map[string]bool
+	// MaxDuration bounds every duration option (burst, pace, mark,
+	// drop-large, drop-small): a larger value makes the direction invalid.
+	MaxDuration time.Duration
+	// OnInvalid: what an invalid direction gets.
+	OnInvalid InvalidAction
+	// DefaultEgress, DefaultIngress: the node's default limits, for
+	// invalid annotations (0: hbm's minimum rate, 8 kbit/s).
+	DefaultEgress, DefaultIngress rate.Rate
+	// FollowEdits: annotation edits after the daemon first limited a pod's
+	// group are honoured. When false, the limits it applied first stay
+	// (also when the annotations are removed) until the pod goes.
+	FollowEdits bool
+}
+
+// PodOptions are the hbm.io/ option names, and SafePodOptions the ones
+// pods may set by default: every option but no-drop, which lifts the limit
+// for UDP and other traffic that cannot be marked.
+var (
+	PodOptions     = []string{"burst", "drop-large", "drop-small", "loopback", "mark", "no-drop", "no-pace", "pace"}
+	SafePodOptions = []string{"burst", "drop-large", "drop-small", "loopback", "mark", "no-pace", "pace"}
+)
+
+// DefaultMaxPodDuration bounds pods' duration options by default: 50 ms of
+// queue at the rate, twice the largest default threshold (drop-small 24 ms).
+const DefaultMaxPodDuration = 50 * time.Millisecond
+
+// DefaultPodPolicy is the policy when the file says nothing.
+func DefaultPodPolicy() PodPolicy {
+	p := PodPolicy{Allowed: map[string]bool{}, MaxDuration: DefaultMaxPodDuration, FollowEdits: true}
+	for _, o := range SafePodOptions {
+		p.Allowed[o] = true
+	}
+	return p
+}
+
+// DefaultLimit is the node's default limit in direction d (for invalid
+// annotations): never unlimited.
+func (p PodPolicy) DefaultLimit(d dataplane.Direction) dataplane.Limit {
+	r := p.DefaultEgress
+	if d == dataplane.Ingress {
+		r = p.DefaultIngress
+	}
+	if r == 0 {
+		r = rate.Min
+	}
+	return dataplane.Limit{Rate: r, Thresholds: rate.Default(r).Fit(r), MinInflight: dataplane.DefaultMinInflight}
 }
 
 // Error is a configuration error at a place in the file.
@@ -88,7 +173,7 @@ var ruleKeys = map[string]string{
 	"egress": "rate", "ingress": "rate",
 	"loopback": "bool", "no_drop": "bool", "no_pace": "bool",
 	"burst": "duration", "pace": "duration", "mark": "duration", "drop_large": "duration", "drop_small": "duration",
-	"min_inflight": "uint",
+	"min_inflight": "uint", "max_groups": "uint",
 }
 
 // yamlLine finds the line in a yaml.v3 error message ("yaml: line 3: ...").
@@ -121,7 +206,7 @@ func Parse(name string, data []byte) (*Config, error) {
 		}
 		return nil, &Error{File: name, Line: line, Msg: "a second YAML document: want one"}
 	}
-	cfg := &Config{Path: name}
+	cfg := &Config{Path: name, Pods: DefaultPodPolicy()}
 	p := parser{file: name}
 	if len(doc.Content) == 0 {
 		return nil, &Error{File: name, Msg: "empty file: want a limits: list"}
@@ -130,7 +215,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	if root.Kind != yaml.MappingNode {
 		return nil, p.errf(root, "want a mapping with a limits: list at the top")
 	}
-	var limits *yaml.Node
+	var limits, kube *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
@@ -139,11 +224,24 @@ func Parse(name string, data []byte) (*Config, error) {
 				return nil, p.errf(k, "limits: given twice")
 			}
 			limits = v
+		case "kubernetes":
+			if kube != nil {
+				return nil, p.errf(k, "kubernetes: given twice")
+			}
+			kube = v
 		default:
-			return nil, p.errf(k, "unknown key %q (the top level has only limits:)", k.Value)
+			return nil, p.errf(k, "unknown key %q (the top level has limits: and kubernetes:)", k.Value)
+		}
+	}
+	if kube != nil {
+		if err := p.podPolicy(&cfg.Pods, kube); err != nil {
+			return nil, err
 		}
 	}
 	if limits == nil {
+		if kube != nil {
+			return cfg, nil // a policy for pods alone
+		}
 		return nil, p.errf(root, "no limits: list")
 	}
 	if limits.Kind == yaml.ScalarNode && limits.Tag == "!!null" {
@@ -192,7 +290,7 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 		k, v := n.Content[i], n.Content[i+1]
 		typ, ok := ruleKeys[k.Value]
 		if !ok {
-			return r, p.errf(k, "unknown field %q (fields: cgroup, unit, glob, egress, ingress, loopback, no_drop, no_pace, burst, pace, mark, drop_large, drop_small, min_inflight)", k.Value)
+			return r, p.errf(k, "unknown field %q (fields: cgroup, unit, glob, egress, ingress, loopback, no_drop, no_pace, burst, pace, mark, drop_large, drop_small, min_inflight, max_groups)", k.Value)
 		}
 		if seen[k.Value] {
 			return r, p.errf(k, "%s given twice", k.Value)
@@ -245,11 +343,24 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 			if err != nil {
 				return r, p.errf(v, "%s: want a whole number, not %q", k.Value, v.Value)
 			}
+			if k.Value == "max_groups" {
+				if u == 0 || u > MaxGroupsLimit {
+					return r, p.errf(v, "max_groups: want 1 to %d, not %d", MaxGroupsLimit, u)
+				}
+				r.MaxGroups = int(u)
+				continue
+			}
 			opts.MinInflight = uint32(u)
 		}
 	}
 	if selector == nil {
 		return r, p.errf(n, "the entry names no groups: give cgroup:, unit: or glob:")
+	}
+	if r.MaxGroups != 0 && r.Kind != KindGlob {
+		return r, p.errf(n, "max_groups: only for glob: entries (cgroup: and unit: name one group)")
+	}
+	if r.Kind == KindGlob && r.MaxGroups == 0 {
+		r.MaxGroups = DefaultMaxGroups
 	}
 	if egress == 0 && ingress == 0 {
 		return r, p.errf(n, "%s %s: give a rate with egress: and/or ingress:", r.Kind, r.Value)
@@ -332,5 +443,70 @@ func (p parser) selector(r *Rule, key string, v *yaml.Node) error {
 		return p.errf(v, "cgroup: %q contains a pattern character: use glob: for patterns", val)
 	}
 	r.Value = clean
+	return nil
+}
+
+// podPolicy parses the kubernetes: section.
+func (p parser) podPolicy(pol *PodPolicy, n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return p.errf(n, "kubernetes: want a mapping (allowed_options:, max_option_duration:, invalid:, default_egress:, default_ingress:, follow_edits:)")
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if seen[k.Value] {
+			return p.errf(k, "kubernetes: %s given twice", k.Value)
+		}
+		seen[k.Value] = true
+		if k.Value != "allowed_options" && (v.Kind != yaml.ScalarNode || v.Tag == "!!null") {
+			return p.errf(v, "kubernetes: %s: want a value", k.Value)
+		}
+		switch k.Value {
+		case "allowed_options":
+			if v.Kind != yaml.SequenceNode {
+				return p.errf(v, "kubernetes: allowed_options: want a list of option names (%s), [] for none", strings.Join(PodOptions, ", "))
+			}
+			pol.Allowed = map[string]bool{}
+			for _, o := range v.Content {
+				if o.Kind != yaml.ScalarNode || !slices.Contains(PodOptions, o.Value) {
+					return p.errf(o, "kubernetes: allowed_options: %q is not an option (options: %s)", o.Value, strings.Join(PodOptions, ", "))
+				}
+				pol.Allowed[o.Value] = true
+			}
+		case "max_option_duration":
+			d, err := time.ParseDuration(v.Value)
+			if err != nil || d <= 0 || d > time.Hour {
+				return p.errf(v, "kubernetes: max_option_duration: want a duration such as 50ms (at most 1h), not %q", v.Value)
+			}
+			pol.MaxDuration = d
+		case "invalid":
+			switch v.Value {
+			case "default":
+				pol.OnInvalid = InvalidDefault
+			case "keep":
+				pol.OnInvalid = InvalidKeep
+			default:
+				return p.errf(v, "kubernetes: invalid: want default (the node's default limit) or keep (the pod's previous limit, else the default), not %q", v.Value)
+			}
+		case "default_egress", "default_ingress":
+			rt, err := rate.Parse(v.Value)
+			if err != nil {
+				return p.errf(v, "kubernetes: %s: %v", k.Value, err)
+			}
+			if k.Value == "default_egress" {
+				pol.DefaultEgress = rt
+			} else {
+				pol.DefaultIngress = rt
+			}
+		case "follow_edits":
+			b, err := strconv.ParseBool(v.Value)
+			if err != nil || v.Tag != "!!bool" {
+				return p.errf(v, "kubernetes: follow_edits: want true or false, not %q", v.Value)
+			}
+			pol.FollowEdits = b
+		default:
+			return p.errf(k, "kubernetes: unknown field %q (fields: allowed_options, max_option_duration, invalid, default_egress, default_ingress, follow_edits)", k.Value)
+		}
+	}
 	return nil
 }

@@ -186,3 +186,48 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParsePodPolicy(t *testing.T) {
+	cfg, err := Parse("f", []byte(`kubernetes:
+  allowed_options: [no-pace, no-drop]
+  max_option_duration: 10ms
+  invalid: keep
+  default_egress: 100mbit
+  default_ingress: 1gbit
+  follow_edits: false
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Pods
+	if !p.Allowed["no-drop"] || !p.Allowed["no-pace"] || p.Allowed["burst"] || p.MaxDuration != 10*time.Millisecond ||
+		p.OnInvalid != InvalidKeep || p.DefaultEgress != 100e6 || p.DefaultIngress != 1e9 || p.FollowEdits || len(cfg.Rules) != 0 {
+		t.Errorf("policy %+v", p)
+	}
+	// Absent: the safe defaults (no no-drop), edits followed, never unlimited.
+	cfg, err = Parse("f", []byte("limits:\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Pods; p.Allowed["no-drop"] || !p.Allowed["burst"] || !p.FollowEdits || p.OnInvalid != InvalidDefault ||
+		p.DefaultLimit(dataplane.Egress).Rate != rate.Min {
+		t.Errorf("default policy %+v", p)
+	}
+	for _, c := range []struct{ body, want string }{
+		{"kubernetes:\n  allowed_options: [turbo]\n", "f:2: kubernetes: allowed_options: \"turbo\" is not an option"},
+		{"kubernetes:\n  invalid: unlimited\n", "f:2: kubernetes: invalid: want default"},
+		{"kubernetes:\n  default_egress: 1k\n", "f:2: kubernetes: default_egress:"},
+		{"kubernetes:\n  follow_edits: yes please\n", "f:2: kubernetes: follow_edits:"},
+		{"kubernetes:\n  colour: red\n", "f:2: kubernetes: unknown field \"colour\""},
+		{"limits:\n  - cgroup: /a\n    egress: 1mbit\n    max_groups: 3\n", "max_groups: only for glob:"},
+		{"limits:\n  - glob: /a/*\n    egress: 1mbit\n    max_groups: 0\n", "max_groups: want 1 to 65536"},
+	} {
+		if _, err := Parse("f", []byte(c.body)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.body, err, c.want)
+		}
+	}
+	cfg, err = Parse("f", []byte("limits:\n  - glob: /a/*\n    egress: 1mbit\n  - glob: /b/*\n    egress: 1mbit\n    max_groups: 5\n"))
+	if err != nil || cfg.Rules[0].MaxGroups != DefaultMaxGroups || cfg.Rules[1].MaxGroups != 5 {
+		t.Errorf("max_groups: %v %+v", err, cfg)
+	}
+}

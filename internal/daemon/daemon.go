@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +46,8 @@ type Daemon struct {
 
 	mu     sync.Mutex
 	labels map[uint64]metrics.GroupLabels // group id -> unit, namespace, pod, for the metrics
+
+	capped string // the glob rules over their max_groups, as last logged
 }
 
 // debounce lets a burst of cgroup events (a unit restarting) make one pass.
@@ -64,7 +66,7 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Resync = 5 * time.Minute
 	}
 	d := &Daemon{opts: opts, log: opts.Log, labels: map[uint64]metrics.GroupLabels{}}
-	d.cfg = &Config{}
+	d.cfg = &Config{Pods: DefaultPodPolicy()}
 	if opts.ConfigPath != "" {
 		cfg, err := Load(opts.ConfigPath)
 		if err != nil {
@@ -72,7 +74,14 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		d.cfg = cfg
 	}
-	var err error
+	if err := checkPinDir(opts.PinDir); err != nil {
+		return err
+	}
+	lock, err := lockPinDir(opts.PinDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	if d.mnt, err = cgroup.Mount(); err != nil {
 		return err
 	}
@@ -92,7 +101,7 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
-		srv := &http.Server{Handler: metrics.Handler(reg), ReadHeaderTimeout: 10 * time.Second}
+		srv := metrics.NewServer(reg, metrics.DefaultServerOptions())
 		go srv.Serve(ln)
 		defer srv.Close()
 		d.log.Printf("serving metrics on http://%s/metrics", ln.Addr())
@@ -100,6 +109,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	var podsChanged <-chan struct{}
 	if opts.Pods != nil {
+		opts.Pods.SetPolicy(d.cfg.Pods)
 		start := time.Now()
 		if err := opts.Pods.Start(ctx); err != nil {
 			return err
@@ -181,6 +191,9 @@ func (d *Daemon) reload(why string) bool {
 		return false
 	}
 	d.cfg = cfg
+	if d.opts.Pods != nil {
+		d.opts.Pods.SetPolicy(cfg.Pods)
+	}
 	d.health.ConfigReloadOK.Set(1)
 	d.health.LastConfigReload.Set(float64(time.Now().UnixNano()) / 1e9)
 	d.log.Printf("reloaded %s (%s): %d rules", d.opts.ConfigPath, why, len(cfg.Rules))
@@ -222,6 +235,17 @@ func (d *Daemon) pass(why string) error {
 	for _, w := range res.Warnings {
 		d.log.Printf("warning: %s", w)
 	}
+	// Logged when it changes (a glob over a busy subtree passes often).
+	if c := strings.Join(res.Capped, "\n"); c != d.capped {
+		d.capped = c
+		for _, l := range res.Capped {
+			d.log.Printf("warning: %s", safetext.Quote(l))
+		}
+		if c == "" {
+			d.log.Printf("every glob rule within its max_groups again")
+		}
+	}
+	d.health.GlobGroupsOverCap.Set(float64(res.OverCap))
 	st, err := d.apply(res)
 	if err != nil {
 		d.health.ReconcileErrors.Inc()
@@ -264,6 +288,9 @@ func (d *Daemon) apply(res Resolution) (passStats, error) {
 			errs = append(errs, err)
 		}
 	}
+	for _, c := range plan.TakenOver {
+		d.log.Printf("taken over by hand: %s", safetext.Quote(c))
+	}
 	for _, c := range plan.Conflicts {
 		d.log.Printf("conflict: %s", safetext.Quote(c))
 	}
@@ -305,8 +332,8 @@ func (d *Daemon) apply(res Resolution) (passStats, error) {
 // applyOp records, applies, unrecords: a kill between any two steps leaves
 // a state the next pass finishes (see owned.go).
 func (d *Daemon) applyOp(m *dataplane.Manager, own *Owned, op Op) error {
-	for _, k := range op.Own {
-		if err := own.Add(k); err != nil {
+	for _, o := range op.Own {
+		if err := own.Add(o.Key, o.Record); err != nil {
 			return err
 		}
 	}
@@ -322,14 +349,16 @@ func (d *Daemon) applyOp(m *dataplane.Manager, own *Owned, op Op) error {
 	return nil
 }
 
-// list is the metrics' view of the data plane (a shared lock per scrape).
+// list is the metrics' view of the data plane. It takes no lock: a scrape
+// reads every limit (about a second for 10,000), and under the shared lock
+// it would hold back every writer (hbm set, the daemon's passes) that long.
 func (d *Daemon) list() ([]dataplane.Entry, error) {
-	m, err := dataplane.OpenReadOnly(d.opts.PinDir)
+	m, err := dataplane.OpenUnlocked(d.opts.PinDir)
 	if err != nil || m == nil {
 		return nil, err
 	}
 	defer m.Close()
-	return m.List()
+	return m.ListCounters()
 }
 
 func (d *Daemon) labelMap() map[uint64]metrics.GroupLabels {

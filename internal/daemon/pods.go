@@ -15,9 +15,11 @@ type PodDecl struct {
 	// Cgroup is the pod's group, relative to the cgroup2 mount.
 	Cgroup          string
 	Egress, Ingress *dataplane.Limit
-	// Keep: the pod's annotations are invalid; the limits the daemon
-	// applied to the pod's group before stay as they are (none are made).
-	Keep bool
+	// KeepEgress, KeepIngress: the limit the daemon applied in that
+	// direction before stays as it is (an invalid annotation under the
+	// policy "keep", or edits not followed); where it applied none, Egress
+	// or Ingress (if set) is created.
+	KeepEgress, KeepIngress bool
 }
 
 // PodSource is a second source of declared limits beside the file: the
@@ -32,6 +34,9 @@ type PodSource interface {
 	// Pods returns every pod's declaration, and the directories (absolute)
 	// in which pods' groups appear, to watch.
 	Pods() (pods []PodDecl, watch []string)
+	// SetPolicy gives the operator's policy (from the configuration file,
+	// at start and on every reload) before the next Pods.
+	SetPolicy(PodPolicy)
 }
 
 // ResolvePods adds the pods' limits to res (built from the file: a limit
@@ -45,10 +50,11 @@ func ResolvePods(mnt string, pods []PodDecl, watch []string, res *Resolution) {
 			continue
 		}
 		for _, d := range []struct {
-			dir dataplane.Direction
-			l   *dataplane.Limit
-		}{{dataplane.Egress, p.Egress}, {dataplane.Ingress, p.Ingress}} {
-			if d.l == nil && !p.Keep {
+			dir  dataplane.Direction
+			l    *dataplane.Limit
+			keep bool
+		}{{dataplane.Egress, p.Egress, p.KeepEgress}, {dataplane.Ingress, p.Ingress, p.KeepIngress}} {
+			if d.l == nil && !d.keep {
 				continue
 			}
 			k := Key{g.ID, d.dir}
@@ -57,7 +63,7 @@ func ResolvePods(mnt string, pods []PodDecl, watch []string, res *Resolution) {
 					p.Namespace, p.Name, g.Rel, d.dir, prev.Origin()))
 				continue
 			}
-			t := Target{Group: g, Dir: d.dir, Namespace: p.Namespace, Pod: p.Name, Keep: p.Keep}
+			t := Target{Group: g, Dir: d.dir, Namespace: p.Namespace, Pod: p.Name, Keep: d.keep}
 			if d.l != nil {
 				t.Limit = *d.l
 			}

@@ -29,7 +29,7 @@ func TestResolvePods(t *testing.T) {
 		{Namespace: "ns", Name: "a", Cgroup: "/kp/a", Egress: &l100, Ingress: &l200},
 		{Namespace: "ns", Name: "b", Cgroup: "/kp/b", Egress: &l100},
 		{Namespace: "ns", Name: "later", Cgroup: "/kp/later", Egress: &l100},
-		{Namespace: "ns", Name: "bad", Cgroup: "/batch", Keep: true},
+		{Namespace: "ns", Name: "bad", Cgroup: "/batch", KeepEgress: true, KeepIngress: true},
 	}, []string{filepath.Join(mnt, "kp"), mnt}, &res)
 	byRel := map[string]Target{}
 	for k, tg := range res.Targets {
@@ -69,9 +69,26 @@ func TestReconcileKeep(t *testing.T) {
 		desired[k] = tg
 	}
 	actual := []Observed{obs(1, "/g1", E, 100e6), obs(2, "/g2", E, 1e9)}
-	owned := map[Key]bool{{1, E}: true}
+	owned := map[Key]Record{{1, E}: LegacyRecord}
 	p := Reconcile("/mnt", desired, actual, owned)
 	if len(p.Ops) != 0 || len(p.Conflicts) != 0 || len(p.Forget) != 0 || p.Kept != 1 {
 		t.Errorf("plan %+v, want nothing done and 1 kept", p)
+	}
+}
+
+// A Keep target with a fallback limit creates it where nothing is, and
+// leaves what is there otherwise (never "unlimited" for an invalid pod).
+func TestReconcileKeepFallback(t *testing.T) {
+	E := dataplane.Egress
+	desired := map[Key]Target{}
+	for _, id := range []uint64{1, 2} {
+		k, tg := tgt(id, "/g", E, 8e3)
+		tg.Keep, tg.Pod = true, "p"
+		desired[k] = tg
+	}
+	actual := []Observed{obs(1, "/g", E, 100e6)}
+	p := Reconcile("/mnt", desired, actual, map[Key]Record{{1, E}: LegacyRecord})
+	if len(p.Ops) != 1 || p.Ops[0].Group.ID != 2 || p.Ops[0].Changes[0].Limit.Rate != 8e3 || p.Kept != 1 {
+		t.Errorf("plan %+v, want the fallback created on group 2 only, group 1 kept", p)
 	}
 }

@@ -28,22 +28,32 @@ func ObservedOf(es []dataplane.Entry) []Observed {
 }
 
 // Op is one transaction on one group: Apply(Group, Changes). Own lists the
-// limits to record as the daemon's before it runs (the ones it creates or
-// takes back); Disown the records to drop after it succeeded (the limits it
-// removes).
+// records to write before it runs (the limits it creates or changes, with
+// what they become); Disown the records to drop after it succeeded (the
+// limits it removes).
 type Op struct {
 	Group   cgroup.Group
 	Changes []dataplane.Change
-	Own     []Key
+	Own     []Owning
 	Disown  []Key
+}
+
+// Owning is a record to write: the limit k is the daemon's, as r says.
+type Owning struct {
+	Key
+	Record Record
 }
 
 // Plan is what a reconcile pass does.
 type Plan struct {
 	Ops []Op
 	// Forget: ownership records of limits that no longer exist (removed
-	// by hand, or the daemon was killed between recording and applying).
+	// by hand, or the daemon was killed between recording and applying),
+	// or that were changed by hand since the daemon applied them.
 	Forget []Key
+	// TakenOver: the limits among Forget changed by hand (hbm set): they
+	// are the operator's from now on.
+	TakenOver []string
 	// Conflicts: declared limits left alone because a limit set by hand
 	// (not by the daemon) holds that group and direction.
 	Conflicts []string
@@ -61,24 +71,41 @@ type Plan struct {
 //     leave it, report a conflict;
 //   - owned, not declared (or its group removed): remove it;
 //   - owned, absent: forget the record;
-//   - declared Keep (a pod whose annotations are invalid): leave what is
-//     there, owned or not, and create nothing.
+//   - owned, but the limit is not the one the record says the daemon
+//     applied (changed by hand with hbm set): forget the record; from then
+//     on it is a hand-set limit (left alone; a conflict if declared);
+//   - declared Keep (a pod's invalid annotation under the "keep" policy, or
+//     an edit not followed): leave what is there, owned or not; where
+//     there is nothing, create the target's Limit if it has one.
 //
 // Limits the daemon does not own are never changed. Ops are sorted by group
 // path, creations and changes before removals: a limit moving between
 // nested groups is briefly applied twice, never not at all. mnt is the
 // cgroup2 mount (to rebuild a group's directory from its path).
-func Reconcile(mnt string, desired map[Key]Target, actual []Observed, owned map[Key]bool) Plan {
+func Reconcile(mnt string, desired map[Key]Target, actual []Observed, records map[Key]Record) Plan {
 	var p Plan
 	have := map[Key]Observed{}
 	for _, o := range actual {
 		have[o.Key] = o
 	}
+	owned := map[Key]bool{}
+	for k, r := range records {
+		if o, ok := have[k]; ok && !r.Matches(o.Limit) {
+			p.Forget = append(p.Forget, k)
+			rel := o.Rel
+			if rel == "" {
+				rel = fmt.Sprintf("(id %d)", k.ID)
+			}
+			p.TakenOver = append(p.TakenOver, fmt.Sprintf("%s %v: changed by hand to %v; the operator's from now on", rel, k.Dir, o.Limit.Rate))
+			continue
+		}
+		owned[k] = true
+	}
 	sets := map[uint64]*Op{}
 	for k, t := range desired {
 		o, exists := have[k]
 		switch {
-		case t.Keep:
+		case t.Keep && (exists || t.Limit.Rate == 0):
 			if exists && owned[k] {
 				p.Kept++
 			}
@@ -98,9 +125,11 @@ func Reconcile(mnt string, desired map[Key]Target, actual []Observed, owned map[
 		}
 		l := t.Limit
 		op.Changes = append(op.Changes, dataplane.Change{Dir: k.Dir, Limit: &l})
-		if !owned[k] {
-			op.Own = append(op.Own, k)
+		var prev *dataplane.Limit
+		if exists {
+			prev = &o.Limit
 		}
+		op.Own = append(op.Own, Owning{k, RecordOf(prev, l)})
 	}
 	unsets := map[uint64]*Op{}
 	for k := range owned {
@@ -131,6 +160,7 @@ func Reconcile(mnt string, desired map[Key]Target, actual []Observed, owned map[
 	}
 	p.Ops = append(sortedOps(sets), sortedOps(unsets)...)
 	slices.Sort(p.Conflicts)
+	slices.Sort(p.TakenOver)
 	slices.SortFunc(p.Forget, compareKeys)
 	return p
 }
@@ -143,7 +173,7 @@ func sortedOps(m map[uint64]*Op) []Op {
 	out := make([]Op, 0, len(m))
 	for _, op := range m {
 		slices.SortFunc(op.Changes, func(a, b dataplane.Change) int { return cmp.Compare(a.Dir, b.Dir) })
-		slices.SortFunc(op.Own, compareKeys)
+		slices.SortFunc(op.Own, func(a, b Owning) int { return compareKeys(a.Key, b.Key) })
 		slices.SortFunc(op.Disown, compareKeys)
 		out = append(out, *op)
 	}

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"cmp"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,10 +49,11 @@ func TestReconcile(t *testing.T) {
 		obs(25, "/undeclared2", E, 1e6), // owned, both directions removed in one op
 		obs(25, "/undeclared2", I, 1e6),
 	}
-	owned := map[Key]bool{
-		{11, E}: true, {12, E}: true, {14, E}: true, {21, I}: true, {22, E}: true, {23, E}: true,
-		{25, E}: true, {25, I}: true,
-		{30, E}: true, // owned, no limit (killed between record and apply): forgotten
+	L := LegacyRecord
+	owned := map[Key]Record{
+		{11, E}: L, {12, E}: L, {14, E}: L, {21, I}: L, {22, E}: L, {23, E}: L,
+		{25, E}: L, {25, I}: L,
+		{30, E}: L, // owned, no limit (killed between record and apply): forgotten
 	}
 	p := Reconcile("/mnt", desired, actual, owned)
 
@@ -76,8 +79,8 @@ func TestReconcile(t *testing.T) {
 		got = append(got, opSum{op.Group.Rel, op.Group.Dir, strings.Join(ds, ","), len(op.Own), len(op.Disown)})
 	}
 	want := []opSum{
-		{"/changed", "/mnt/changed", "egress=300mbit,ingress=1gbit", 1, 0},
-		{"/lost", "/mnt/lost", "egress=500mbit", 0, 0},
+		{"/changed", "/mnt/changed", "egress=300mbit,ingress=1gbit", 2, 0},
+		{"/lost", "/mnt/lost", "egress=500mbit", 1, 0},
 		{"/new", "/mnt/new", "egress=100mbit", 1, 0},
 		{"(removed, id 22)", "", "-egress", 0, 1},
 		{"/undeclared", "/mnt/undeclared", "-ingress", 0, 1},
@@ -102,12 +105,12 @@ func TestReconcile(t *testing.T) {
 func TestReconcileAdopt(t *testing.T) {
 	desired := map[Key]Target{}
 	var actual []Observed
-	owned := map[Key]bool{}
+	owned := map[Key]Record{}
 	for i := uint64(1); i <= 1000; i++ {
 		k, tg := tgt(i, "/g", dataplane.Egress, rate.Rate(i*1e6))
 		desired[k] = tg
 		actual = append(actual, obs(i, "/g", dataplane.Egress, rate.Rate(i*1e6)))
-		owned[k] = true
+		owned[k] = RecordOf(nil, tg.Limit)
 	}
 	p := Reconcile("/mnt", desired, actual, owned)
 	if len(p.Ops) != 0 || len(p.Forget) != 0 || len(p.Conflicts) != 0 || p.Kept != 1000 {
@@ -122,6 +125,47 @@ func TestReconcileAdopt(t *testing.T) {
 		if op.Group.ID == 5000 {
 			t.Errorf("removes the hand-set limit")
 		}
+	}
+}
+
+// TestReconcileHandSet: a limit the daemon applied and an operator then
+// changed by hand (hbm set) is the operator's: the daemon neither reverts it
+// nor removes it when it is no longer declared. A change the daemon recorded
+// but was killed before applying is still its own.
+func TestReconcileHandSet(t *testing.T) {
+	E := dataplane.Egress
+	desired := map[Key]Target{}
+	k1, t1 := tgt(1, "/declared", E, 100e6)
+	desired[k1] = t1
+	k3, t3 := tgt(3, "/killed", E, 200e6)
+	desired[k3] = t3
+	l100 := lim(100e6)
+	owned := map[Key]Record{
+		k1:     RecordOf(nil, lim(100e6)),   // applied 100M; set by hand to 50M
+		{2, E}: RecordOf(nil, lim(100e6)),   // applied 100M, no longer declared; set by hand to 70M
+		k3:     RecordOf(&l100, lim(200e6)), // recorded 100M -> 200M, killed before applying
+		{4, E}: RecordOf(nil, lim(100e6)),   // applied, as it was, no longer declared: removed
+	}
+	actual := []Observed{obs(1, "/declared", E, 50e6), obs(2, "/undeclared", E, 70e6), obs(3, "/killed", E, 100e6), obs(4, "/gone", E, 100e6)}
+	p := Reconcile("/mnt", desired, actual, owned)
+	var ops []string
+	for _, op := range p.Ops {
+		ops = append(ops, op.Group.Rel)
+		if op.Group.Rel == "/killed" && (len(op.Own) != 1 || !op.Own[0].Record.Matches(lim(100e6)) || !op.Own[0].Record.Matches(lim(200e6))) {
+			t.Errorf("/killed: records %+v, want one matching 100M and 200M", op.Own)
+		}
+	}
+	if !slices.Equal(ops, []string{"/killed", "/gone"}) {
+		t.Errorf("ops on %q, want /killed (changed) and /gone (removed) only", ops)
+	}
+	if !slices.Equal(p.Forget, []Key{k1, {2, E}}) {
+		t.Errorf("forget %v, want the two hand-changed limits", p.Forget)
+	}
+	if len(p.TakenOver) != 2 || len(p.Conflicts) != 1 || !strings.Contains(p.Conflicts[0], "/declared egress") {
+		t.Errorf("taken over %q, conflicts %q", p.TakenOver, p.Conflicts)
+	}
+	if LegacyRecord.Matches(lim(1e6)) != true || RecordOf(nil, lim(1e6)).Matches(lim(2e6)) {
+		t.Errorf("Record.Matches")
 	}
 }
 
@@ -184,5 +228,45 @@ func TestResolve(t *testing.T) {
 	wantWatch := []string{"", "/system.slice", "/user.slice", "/user.slice/user-1000.slice", "/workloads", "/workloads/a", "/workloads/b"}
 	if !slices.Equal(watch, wantWatch) {
 		t.Errorf("watch %q, want %q", watch, wantWatch)
+	}
+}
+
+// TestResolveGlobCap: a glob over a subtree others can write limits at most
+// max_groups groups, the oldest (lowest cgroup id) first, and says so.
+func TestResolveGlobCap(t *testing.T) {
+	mnt := t.TempDir()
+	for i := range 8 {
+		if err := os.MkdirAll(filepath.Join(mnt, "users", fmt.Sprintf("d%d", 7-i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := Parse("f", []byte("limits:\n  - glob: /users/*\n    egress: 1mbit\n    max_groups: 3\n  - cgroup: /users\n    egress: 5mbit\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Resolve(mnt, cfg)
+	var got []string
+	for _, tg := range res.Targets {
+		got = append(got, tg.Group.Rel)
+	}
+	slices.Sort(got)
+	// The three lowest ids (on cgroup2 the ones created first).
+	type idName struct {
+		id   uint64
+		name string
+	}
+	var all []idName
+	for i := range 8 {
+		g, _ := group(mnt, filepath.Join(mnt, "users", fmt.Sprintf("d%d", i)))
+		all = append(all, idName{g.ID, g.Rel})
+	}
+	slices.SortFunc(all, func(a, b idName) int { return cmp.Compare(a.id, b.id) })
+	want := []string{"/users", all[0].name, all[1].name, all[2].name}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("targets %q, want %q", got, want)
+	}
+	if res.OverCap != 5 || len(res.Capped) != 1 || !strings.Contains(res.Capped[0], "line 2: glob /users/* matches 8 groups, more than its max_groups 3") {
+		t.Errorf("capped %q over %d", res.Capped, res.OverCap)
 	}
 }

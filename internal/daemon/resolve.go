@@ -29,8 +29,8 @@ type Target struct {
 	Line  int    // the rule's line in the file (0: declared by a pod)
 	// Namespace and Pod name the Kubernetes pod that declared the limit.
 	Namespace, Pod string
-	// Keep: leave the limit the daemon applied as it is, make none (the
-	// pod's annotations are invalid; Limit is unset).
+	// Keep: leave the limit the daemon applied as it is; where there is
+	// none, create Limit if it is set (Rate > 0), else nothing.
 	Keep bool
 }
 
@@ -49,6 +49,11 @@ type Resolution struct {
 	// match: a group created or removed in one of them may change Targets.
 	Watch    []string
 	Warnings []string
+	// Capped: one line per glob rule that matched more groups than its
+	// max_groups (the groups created first, by cgroup id, are limited; the
+	// others are not); OverCap: how many groups were left out in all.
+	Capped  []string
+	OverCap int
 }
 
 // maxSliceDepth bounds the walk through systemd slices for units.
@@ -68,6 +73,15 @@ func Resolve(mnt string, cfg *Config) Resolution {
 			groups = resolveLiteral(mnt, r.Value, watch)
 		case KindGlob:
 			groups = resolveGlob(mnt, r.Value, watch)
+			if max := r.MaxGroups; max > 0 && len(groups) > max {
+				// The oldest groups keep their limits: a burst of new
+				// directories cannot push out the ones limited before.
+				sort.Slice(groups, func(i, j int) bool { return groups[i].ID < groups[j].ID })
+				res.Capped = append(res.Capped, fmt.Sprintf("line %d: glob %s matches %d groups, more than its max_groups %d: the %d created last are not limited",
+					r.Line, r.Value, len(groups), max, len(groups)-max))
+				res.OverCap += len(groups) - max
+				groups = groups[:max]
+			}
 		case KindUnit:
 			if units == nil {
 				units = unitIndex(mnt, watch)

@@ -30,11 +30,16 @@ type Watcher struct {
 	done       chan struct{}
 }
 
+// configMapData is the link kubelet renames over in a ConfigMap volume.
+const configMapData = "..data"
+
 const cgroupMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_ONLYDIR
 const configMask = unix.IN_CLOSE_WRITE | unix.IN_MOVED_TO | unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_ATTRIB
 
 // NewWatcher starts watching; configPath ("" for none) is followed through
-// its directory, so an editor's write-and-rename is seen as well.
+// its directory, so an editor's write-and-rename is seen as well, and so is
+// the swap of the ..data link by which kubelet updates a file mounted from a
+// ConfigMap (not with subPath: kubelet never updates those).
 func NewWatcher(configPath string) (*Watcher, error) {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
@@ -155,7 +160,10 @@ func (w *Watcher) event(wd int, mask uint32, name string) {
 		return
 	}
 	if wd == w.configWD {
-		if name == w.configName {
+		// ..data: a Kubernetes ConfigMap or Secret volume, where the file
+		// is a link through ..data, which kubelet swaps (a rename) on
+		// every update.
+		if name == w.configName || name == configMapData {
 			signal(w.Config)
 		}
 		return

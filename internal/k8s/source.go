@@ -63,6 +63,7 @@ type Source struct {
 
 	mu       sync.Mutex
 	reported map[types.UID]string // the invalid annotations last reported per pod
+	policy   daemon.PodPolicy
 }
 
 // RESTConfig is the client configuration cfg names.
@@ -108,7 +109,8 @@ func NewWithClient(cs typedcorev1.CoreV1Interface, cfg Config, mnt string, lg *l
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/"
 	}
-	s := &Source{cfg: cfg, mnt: mnt, log: lg, client: cs, changed: make(chan struct{}, 1), reported: map[types.UID]string{}}
+	s := &Source{cfg: cfg, mnt: mnt, log: lg, client: cs, changed: make(chan struct{}, 1), reported: map[types.UID]string{},
+		policy: daemon.DefaultPodPolicy()}
 	sel := fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -165,6 +167,32 @@ func (s *Source) Start(ctx context.Context) error {
 	return nil
 }
 
+// SetPolicy implements daemon.PodSource: the pods are judged again (and
+// their Events raised again) under the new policy.
+func (s *Source) SetPolicy(p daemon.PodPolicy) {
+	s.mu.Lock()
+	s.policy = p
+	s.reported = map[types.UID]string{}
+	s.mu.Unlock()
+	if s.pods == nil {
+		return
+	}
+	if pods, err := s.pods.List(labels.Everything()); err == nil {
+		for _, p := range pods {
+			if key := annotationKey(p); key != "" {
+				s.report(p, key)
+			}
+		}
+	}
+	s.signal()
+}
+
+func (s *Source) currentPolicy() daemon.PodPolicy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.policy
+}
+
 // Changed implements daemon.PodSource.
 func (s *Source) Changed() <-chan struct{} { return s.changed }
 
@@ -182,22 +210,21 @@ func (s *Source) Pods() ([]daemon.PodDecl, []string) {
 		return nil, watch
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].UID < pods[j].UID })
+	pol := s.currentPolicy()
+	uids := podUIDs(pods)
 	var out []daemon.PodDecl
 	for _, p := range pods {
-		if !relevant(p) {
+		// Edits not followed: every pod of the node keeps what it was
+		// given, also once its annotations are gone.
+		if !relevant(p) && pol.FollowEdits {
 			continue
 		}
-		d := daemon.PodDecl{Namespace: p.Namespace, Name: p.Name, Cgroup: layout.PodCgroup(QOSClass(p), p.UID)}
-		l, err := ParseLimits(p.Annotations)
-		switch {
-		case err != nil:
-			d.Keep = true
-		case l.Empty():
+		j := Judge(p.Annotations, pol)
+		if j.Egress == nil && j.Ingress == nil && !j.KeepEgress && !j.KeepIngress {
 			continue
-		default:
-			d.Egress, d.Ingress = l.Egress, l.Ingress
 		}
-		out = append(out, d)
+		out = append(out, daemon.PodDecl{Namespace: p.Namespace, Name: p.Name, Cgroup: layout.PodCgroup(QOSClass(p), uids[p]),
+			Egress: j.Egress, Ingress: j.Ingress, KeepEgress: j.KeepEgress, KeepIngress: j.KeepIngress})
 	}
 	return out, watch
 }
@@ -251,13 +278,14 @@ func (s *Source) observe(oldObj, obj any) {
 	}
 }
 
-// report raises the Event and the log line for invalid annotations, once
-// for each set of values.
+// report raises the Event and the log line for annotations the daemon
+// cannot honour as written (invalid, not allowed, out of range), once for
+// each set of values, saying what the pod gets instead.
 func (s *Source) report(p *corev1.Pod, key string) {
-	_, err := ParseLimits(p.Annotations)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err == nil {
+	j := Judge(p.Annotations, s.policy)
+	if len(j.Problems) == 0 {
 		delete(s.reported, p.UID)
 		return
 	}
@@ -265,7 +293,7 @@ func (s *Source) report(p *corev1.Pod, key string) {
 		return
 	}
 	s.reported[p.UID] = key
-	msg := fmt.Sprintf("invalid bandwidth annotations, the pod keeps the limits it had: %v", err)
+	msg := "invalid bandwidth annotations: " + strings.Join(j.Problems, "; ")
 	s.log.Printf("pod %s/%s: %s", p.Namespace, p.Name, msg)
 	s.rec.Event(p, corev1.EventTypeWarning, EventReason, msg)
 }

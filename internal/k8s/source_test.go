@@ -17,6 +17,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/hbm-dev/hbm/internal/daemon"
+	"github.com/hbm-dev/hbm/internal/rate"
 )
 
 // The source against a fake clientset (the end-to-end test, test/k8s, uses
@@ -60,6 +61,9 @@ func TestSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pol := daemon.DefaultPodPolicy()
+	pol.Allowed["no-drop"] = true // b's
+	src.SetPolicy(pol)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := src.Start(ctx); err != nil {
@@ -83,8 +87,10 @@ func TestSource(t *testing.T) {
 	if b := m["b"]; b.Ingress == nil || !b.Ingress.NoDrop || b.Egress != nil {
 		t.Errorf("b: %+v", b)
 	}
-	if bad := m["bad"]; !bad.Keep || bad.Egress != nil {
-		t.Errorf("bad: %+v, want Keep", bad)
+	// Invalid: the node's default limit (none configured: hbm's minimum),
+	// never unlimited.
+	if bad := m["bad"]; bad.KeepEgress || bad.Egress == nil || bad.Egress.Rate != rate.Min || bad.Ingress != nil {
+		t.Errorf("bad: %+v, want egress at the default limit", bad)
 	}
 	// The invalid value is an Event on the pod, once.
 	events := func() []corev1.Event {
@@ -149,5 +155,60 @@ func TestSource(t *testing.T) {
 func TestSourceNeedsNode(t *testing.T) {
 	if _, err := NewWithClient(fake.NewClientset().CoreV1(), Config{}, t.TempDir(), log.New(io.Discard, "", 0)); err == nil || !strings.Contains(err.Error(), "NODE_NAME") {
 		t.Errorf("no node name: %v", err)
+	}
+}
+
+// A static pod's mirror is limited on the group kubelet made for the static
+// pod, named after the config hash. A claim is refused (the pod's own UID
+// used) without kubelet's owner reference to the node, with a hash that is
+// not one, with another pod's UID, or when an older pod claims it.
+func TestSourceMirrorPod(t *testing.T) {
+	mnt := t.TempDir()
+	os.MkdirAll(filepath.Join(mnt, "kubepods.slice"), 0o755)
+	const hash = "6f1e0a9b4c2d8e7f6f1e0a9b4c2d8e7f"
+	t0 := metav1.NewTime(time.Now().Add(-time.Hour))
+	mirrorPod := func(name string, uid types.UID, h string, owned bool, created metav1.Time) *corev1.Pod {
+		p := testPod(name, "n1", uid, map[string]string{EgressAnnotation: "100M", MirrorAnnotation: h, HashAnnotation: h, "kubernetes.io/config.source": "file"})
+		p.CreationTimestamp = created
+		if owned {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "n1", UID: "node-uid"}}
+		}
+		return p
+	}
+	const victimUID = "0a1b2c3d-0000-4000-8000-000000000001"
+	victim := testPod("victim", "n1", victimUID, nil)
+	cs := fake.NewClientset(
+		mirrorPod("etcd-n1", "api-uid-1", hash, true, t0),
+		mirrorPod("late-claim", "api-uid-2", hash, true, metav1.Now()),
+		mirrorPod("unowned", "api-uid-3", "aaaa", false, t0),
+		mirrorPod("bad-hash", "api-uid-4", "../../../system.slice", true, t0),
+		mirrorPod("other-pods-uid", "api-uid-5", victimUID, true, t0),
+		victim,
+	)
+	src, err := NewWithClient(noWatchList{cs.CoreV1()}, Config{NodeName: "n1"}, mnt, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pods, _ := src.Pods()
+	got := map[string]string{}
+	for _, p := range pods {
+		got[p.Name] = strings.TrimPrefix(p.Cgroup, "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-")
+	}
+	want := map[string]string{
+		"etcd-n1":        "pod" + hash + ".slice", // the static pod's group
+		"late-claim":     "podapi_uid_2.slice",
+		"unowned":        "podapi_uid_3.slice",
+		"bad-hash":       "podapi_uid_4.slice",
+		"other-pods-uid": "podapi_uid_5.slice",
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s: group %q, want %q", name, got[name], w)
+		}
 	}
 }

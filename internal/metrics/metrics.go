@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -123,6 +124,7 @@ type Health struct {
 	OwnedLimits           prometheus.Gauge
 	Conflicts             prometheus.Gauge
 	Warnings              prometheus.Counter
+	GlobGroupsOverCap     prometheus.Gauge
 }
 
 // NewRegistry returns a registry with the group collector, the daemon's
@@ -148,9 +150,11 @@ func NewRegistry(version string, groups *GroupCollector) (*prometheus.Registry, 
 			Help: "Declared limits left alone because a limit set by hand holds the group and direction."}),
 		Warnings: prometheus.NewCounter(prometheus.CounterOpts{Name: "hbm_daemon_warnings_total",
 			Help: "Warnings of reconcile passes (the log says each): e.g. existing connections the socket walker could not reach."}),
+		GlobGroupsOverCap: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hbm_daemon_glob_groups_over_cap",
+			Help: "Groups matched by glob rules but not limited because the rule's max_groups was reached."}),
 	}
 	reg.MustRegister(h.ReconcileErrors, h.Reconciles, h.LastReconcile, h.LastReconcileDuration,
-		h.ConfigReloadOK, h.LastConfigReload, h.OwnedLimits, h.Conflicts, h.Warnings)
+		h.ConfigReloadOK, h.LastConfigReload, h.OwnedLimits, h.Conflicts, h.Warnings, h.GlobGroupsOverCap)
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "hbm_build_info",
 		Help:        "Build information of the running hbm: always 1.",
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
@@ -163,11 +167,44 @@ func NewRegistry(version string, groups *GroupCollector) (*prometheus.Registry, 
 	return reg, h
 }
 
+// ServerOptions bound what clients of the metrics endpoint can hold: it is
+// unauthenticated (keep it on 127.0.0.1, or behind a NetworkPolicy: README).
+type ServerOptions struct {
+	ReadHeaderTimeout time.Duration // a request's headers must arrive within it
+	ReadTimeout       time.Duration // the whole request
+	WriteTimeout      time.Duration // the whole response (a scrape: collect and send)
+	IdleTimeout       time.Duration // a keep-alive connection between requests
+	// MaxInFlight scrapes are served at once; more get 503 at once (each
+	// reads every limit: 10,000 take about a second of CPU).
+	MaxInFlight int
+}
+
+// DefaultServerOptions are the daemon's.
+func DefaultServerOptions() ServerOptions {
+	return ServerOptions{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxInFlight: 2}
+}
+
+// NewServer is the HTTP server of reg's metrics, bounded by o.
+func NewServer(reg *prometheus.Registry, o ServerOptions) *http.Server {
+	return &http.Server{
+		Handler:           handler(reg, o.MaxInFlight, o.WriteTimeout*4/5),
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		ReadTimeout:       o.ReadTimeout,
+		WriteTimeout:      o.WriteTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+	}
+}
+
 // Handler serves reg's metrics at /metrics, read only (GET and HEAD), and
-// nothing else.
-func Handler(reg *prometheus.Registry) http.Handler {
+// nothing else (no bound on scrapes: NewServer's handler has one).
+func Handler(reg *prometheus.Registry) http.Handler { return handler(reg, 0, 0) }
+
+func handler(reg *prometheus.Registry, maxInFlight int, timeout time.Duration) http.Handler {
 	mux := http.NewServeMux()
-	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError,
+		MaxRequestsInFlight: maxInFlight, Timeout: timeout})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

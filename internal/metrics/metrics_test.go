@@ -3,10 +3,13 @@ package metrics
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -186,5 +189,93 @@ func TestHostileGroupNames(t *testing.T) {
 	cmd.Stdin = strings.NewReader(out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics: %v: %s", err, b)
+	}
+}
+
+// TestServerBounds: a client that never finishes its headers, or idles on
+// a keep-alive connection, is cut off; scrapes beyond MaxInFlight get 503
+// at once instead of queueing.
+func TestServerBounds(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	blocking := func() ([]dataplane.Entry, error) { <-release; return entries(), nil }
+	reg, _ := NewRegistry("test", NewGroupCollector(blocking, nil))
+	o := ServerOptions{ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: 5 * time.Second,
+		IdleTimeout: 300 * time.Millisecond, MaxInFlight: 2}
+	srv := NewServer(reg, o)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	addr := ln.Addr().String()
+
+	// Half a request line, then nothing: closed within the header timeout.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n"))
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	start := time.Now()
+	if _, err := io.ReadAll(c); err != nil {
+		t.Errorf("slow client: %v after %v, want the server to close it", err, time.Since(start))
+	} else if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("slow client cut off after %v", d)
+	}
+
+	// Two scrapes in flight (blocked in the collector); a third is refused.
+	url := "http://" + addr + "/metrics"
+	var wg sync.WaitGroup
+	codes := make(chan int, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Get(url)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	start = time.Now()
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(url)
+	if err != nil {
+		t.Fatalf("third scrape: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || time.Since(start) > time.Second {
+		t.Errorf("third scrape: %s after %v, want 503 at once", resp.Status, time.Since(start))
+	}
+	once.Do(func() { close(release) })
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != http.StatusOK {
+			t.Errorf("scrape in flight: %d", c)
+		}
+	}
+
+	// A keep-alive connection left idle is closed.
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"))
+	c2.SetReadDeadline(time.Now().Add(3 * time.Second))
+	start = time.Now()
+	if _, err := io.ReadAll(c2); err != nil {
+		t.Errorf("idle keep-alive: %v, want closed by the server", err)
+	} else if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("idle keep-alive closed after %v", d)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -93,11 +94,11 @@ func (l *lab) reset() {
 
 // startDaemon runs hbm daemon --kubernetes (host network namespace: the
 // API server and the metrics are on 127.0.0.1) and waits for its first pass.
-func (l *lab) startDaemon(root string, metricsPort int) *testutil.Proc {
+func (l *lab) startDaemon(root string, metricsPort int, extra ...string) *testutil.Proc {
 	l.t.Helper()
-	p := testutil.StartProc(l.t, []string{"HBM_PIN_DIR=" + l.pinDir}, l.bin, "daemon", "--kubernetes",
+	p := testutil.StartProc(l.t, []string{"HBM_PIN_DIR=" + l.pinDir}, l.bin, append([]string{"daemon", "--kubernetes",
 		"--kubeconfig", l.kc, "--node-name", nodeName, "--kube-cgroup-root", root,
-		"--metrics", fmt.Sprintf("127.0.0.1:%d", metricsPort))
+		"--metrics", fmt.Sprintf("127.0.0.1:%d", metricsPort)}, extra...)...)
 	if !testutil.WaitFor(60*time.Second, func() bool { return strings.Contains(p.Out.String(), "first pass") || p.Exited() }) || p.Exited() {
 		p.Kill(syscall.SIGKILL)
 		l.t.Fatalf("daemon: no first pass within 60s:\n%s", testutil.LastLines(p.Out.String(), 30))
@@ -109,6 +110,7 @@ type podSpec struct {
 	name, node string
 	qos        corev1.PodQOSClass
 	ann        map[string]string
+	mirrorOf   types.UID // a mirror pod: owned by the node with this UID, as kubelet makes them
 }
 
 // createPod creates the pod in the API (as a user would; no scheduler: its
@@ -128,6 +130,10 @@ func (l *lab) createPod(s podSpec) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns, Annotations: s.ann},
 		Spec:       corev1.PodSpec{NodeName: s.node, Containers: []corev1.Container{ctr}},
+	}
+	if s.mirrorOf != "" {
+		ctrl := true
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: s.node, UID: s.mirrorOf, Controller: &ctrl}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -286,6 +292,17 @@ func (l *lab) expectEvent(pod, substr string) {
 	}
 }
 
+// writeFile writes body to name in a temporary directory and returns its
+// path.
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func scrape(port int) (string, error) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
@@ -345,9 +362,13 @@ func TestKubernetes(t *testing.T) {
 	badCg := cg(corev1.PodQOSBestEffort, bad)
 	l.mkCgroup(badCg)
 
+	// The operator's policy: no-drop allowed (db and late use it); an
+	// invalid annotation keeps the pod's previous limit, else the node's
+	// default (10 Mbit/s): bad gets the default, never unlimited.
+	policy := writeFile(t, "hbm.yaml", "kubernetes:\n  allowed_options: [no-drop, no-pace, loopback, burst, pace, mark, drop-large, drop-small]\n  invalid: keep\n  default_egress: 10mbit\n  default_ingress: 10mbit\n")
 	metricsPort := freePort(t)
-	d := l.startDaemon(sdRoot, metricsPort)
-	want := map[string]uint64{webG.Rel + " egress": 200e6, webG.Rel + " ingress": 1e9, dbCg + " egress": 100e6}
+	d := l.startDaemon(sdRoot, metricsPort, "--config", policy)
+	want := map[string]uint64{webG.Rel + " egress": 200e6, webG.Rel + " ingress": 1e9, dbCg + " egress": 100e6, badCg + " egress": 10e6}
 	l.expectRates("first pass", want, 10*time.Second)
 	if !l.enforced(dbCg, "egress") {
 		t.Errorf("db: egress limit not enforced (hbm show --json)")
@@ -406,10 +427,10 @@ func TestKubernetes(t *testing.T) {
 	if err := d.Kill(syscall.SIGKILL); err == nil {
 		t.Errorf("daemon after SIGKILL: exited cleanly?")
 	}
-	d = l.startDaemon(sdRoot, metricsPort)
+	d = l.startDaemon(sdRoot, metricsPort, "--config", policy)
 	l.expectRates("restarted", want, 0)
-	if out := d.Out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 3 kept") {
-		t.Errorf("restarted daemon did not adopt the 3 limits as they were:\n%s", testutil.LastLines(out, 10))
+	if out := d.Out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 4 kept") {
+		t.Errorf("restarted daemon did not adopt the 4 limits as they were:\n%s", testutil.LastLines(out, 10))
 	}
 
 	// Fixed, then the ingress annotation removed: that limit goes.
@@ -464,7 +485,7 @@ func TestKubernetes(t *testing.T) {
 	fsCg := podCgroup(fsRoot, false, corev1.PodQOSGuaranteed, fsPod.UID)
 	l.mkCgroup(fsRoot + "/kubepods/burstable")
 	l.mkCgroup(fsCg)
-	d = l.startDaemon(fsRoot, metricsPort)
+	d = l.startDaemon(fsRoot, metricsPort, "--config", policy)
 	l.expectRates("cgroupfs driver", map[string]uint64{fsCg + " egress": 150e6}, 10*time.Second)
 	if !strings.HasPrefix(fsCg, fsRoot+"/kubepods/pod") {
 		t.Errorf("cgroupfs group %s", fsCg)

@@ -17,12 +17,19 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/hbm-dev/hbm/internal/daemon"
 )
 
 // manifests reads every object in deploy/kubernetes/*.yaml.
 func manifests(t *testing.T) []*unstructured.Unstructured {
+	return manifestsIn(t, filepath.Join(repoRoot(), "deploy", "kubernetes"))
+}
+
+// manifestsIn reads every object in dir/*.yaml.
+func manifestsIn(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(repoRoot(), "deploy", "kubernetes", "*.yaml"))
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	sort.Strings(files)
 	if len(files) == 0 {
 		t.Fatal("no manifests in deploy/kubernetes")
@@ -140,6 +147,22 @@ func TestManifests(t *testing.T) {
 			t.Errorf("DaemonSet: no NODE_NAME from spec.nodeName")
 		}
 	}
+	// The examples (NetworkPolicy for the metrics, the policy ConfigMap):
+	// accepted too, and the ConfigMap's file is a valid configuration.
+	examples := manifestsIn(t, filepath.Join(repoRoot(), "deploy", "kubernetes", "examples"))
+	for _, u := range examples {
+		if u.GetKind() != "ConfigMap" {
+			continue
+		}
+		body, _, _ := unstructured.NestedString(u.Object, "data", "hbm.yaml")
+		cfg, err := daemon.Parse("hbm.yaml", []byte(body))
+		if err != nil {
+			t.Errorf("example ConfigMap %s: %v", u.GetName(), err)
+		} else if cfg.Pods.Allowed["no-drop"] || cfg.Pods.DefaultEgress == 0 {
+			t.Errorf("example ConfigMap %s: policy %+v", u.GetName(), cfg.Pods)
+		}
+	}
 	c := startCluster(t)
 	c.apply(objs, true)
+	c.apply(examples, true)
 }
