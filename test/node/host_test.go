@@ -41,6 +41,8 @@ const (
 var kubeletSysctls = []string{
 	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+	// Not the kubelet's: the test adds trafficCC here (allowTrafficCC).
+	"net/ipv4/tcp_allowed_congestion_control",
 }
 
 // hostState is what the host had before the test changed it.
@@ -274,8 +276,10 @@ func cleanupHost(st *hostState, logf func(string, ...any)) []error {
 	var netns []string
 	if ents, err := os.ReadDir(netnsDir); err == nil {
 		for _, e := range ents {
-			// Without a saved state only the runtime's own names (cni-UUID).
-			if (st != nil && !before[e.Name()]) || (st == nil && strings.HasPrefix(e.Name(), "cni-")) {
+			// Only the runtime's own names (cni-UUID) that were not there
+			// before: other users of /run/netns (ip netns, other tests)
+			// come and go meanwhile.
+			if strings.HasPrefix(e.Name(), "cni-") && !before[e.Name()] {
 				netns = append(netns, filepath.Join(netnsDir, e.Name()))
 			}
 		}

@@ -136,6 +136,10 @@ evictionHard: {}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 makeIPTablesUtilChains: false
+# The traffic pods pin their TCP congestion control (a new network namespace
+# takes the host's default, which tests on a shared machine may change); the
+# ingress test's sender asks for ECN.
+allowedUnsafeSysctls: ["net.ipv4.tcp_congestion_control", "net.ipv4.tcp_ecn"]
 volumePluginDir: %s
 podLogsDir: %s
 registerNode: true
