@@ -799,8 +799,30 @@ func (n *node) trafficTests(ctx context.Context) {
 		t.Logf("%s: deleted -> limit removed in %v", p.Name, time.Since(t0).Round(time.Millisecond))
 	}
 
+	// An annotation added to a running pod whose connections are open: the
+	// limit must hold them too (the data plane polices every packet of the
+	// group; the daemon's assists reach existing sockets only through its
+	// walker). Before it, the same traffic unlimited: the path is fast
+	// enough for the bounds above to catch an unlimited pod.
+	late, _ := n.create(ctx, workloadPod("late", corev1.PodQOSBestEffort, nil, serve...))
+	late = n.waitPod(ctx, late, 90*time.Second, podRunning)
+	latePull, _ := n.create(ctx, workloadPod("late-pull", corev1.PodQOSBestEffort, nil, "run", "--connect", late.Status.PodIP+":5201",
+		"--streams", "0", "--rpc", "4", "--rpc-size", "1KB", "--reply-size", "4MB", "--warmup", "0s", "--duration", "1h"))
+	n.waitPod(ctx, latePull, 90*time.Second, podRunning)
+	time.Sleep(2 * time.Second)
+	n.checkRate(late, true, "late egress, no annotation yet", limit1, 3, 0)
+	t0 := n.annotate(ctx, late, egressKey, ptr("40M"))
+	d, err := n.waitLimit(late.UID, true, limit1, t0, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	editLat = append(editLat, d)
+	t.Logf("late: %s added to a running pod -> limit enforced in %v", egressKey, d.Round(time.Millisecond))
+	n.rateLatency(late, true, limit1, t0, "late: egress annotation added -> rate within [0.5, 1.3] x 40M")
+	n.checkRate(late, true, "late egress, annotation added with connections open", limit1, 0.5, 1.3)
+
 	t.Logf("LATENCY pod creation -> limit enforced: %s", summary(createLat))
-	t.Logf("LATENCY annotation edit -> new limit applied: %s", summary(editLat))
+	t.Logf("LATENCY annotation edit or addition -> new limit applied: %s", summary(editLat))
 	t.Logf("LATENCY pod deletion -> limit removed: %s", summary(deleteLat))
 }
 
