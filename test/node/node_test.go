@@ -696,9 +696,11 @@ func (n *node) trafficTests(ctx context.Context) {
 	pods := []*limited{
 		{name: "tx", qos: corev1.PodQOSBurstable, ann: map[string]string{egressKey: "40M"}, egress: true},
 		{name: "rx", qos: corev1.PodQOSGuaranteed, ann: map[string]string{ingressKey: "40M"}},
-		{name: "idle-0", qos: corev1.PodQOSBestEffort, ann: map[string]string{egressKey: "40M", ingressKey: "40M"}, egress: true},
-		{name: "idle-1", qos: corev1.PodQOSBestEffort, ann: map[string]string{egressKey: "40M", ingressKey: "40M"}},
-		{name: "idle-2", qos: corev1.PodQOSBestEffort, ann: map[string]string{egressKey: "40M", ingressKey: "40M"}, egress: true},
+	}
+	// Idle pods with both annotations: more latency samples.
+	for i := 0; i < 5; i++ {
+		pods = append(pods, &limited{name: fmt.Sprintf("idle-%d", i), qos: corev1.PodQOSBestEffort,
+			ann: map[string]string{egressKey: "40M", ingressKey: "40M"}, egress: i%2 == 0})
 	}
 	for _, l := range pods {
 		p, t0 := n.create(ctx, workloadPod(l.name, l.qos, l.ann, serve...))
