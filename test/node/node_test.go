@@ -97,7 +97,8 @@ func TestNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Close()
+	// Registered first: released after every other cleanup.
+	t.Cleanup(func() { lock.Close() })
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		testutil.Missing(t, "the node test's lock "+lockFile+" (another run holds it)", err)
 	}
@@ -134,9 +135,9 @@ func TestNode(t *testing.T) {
 	allowTrafficCC(t)
 
 	// The Service address, on the CNI bridge (made here; the bridge plugin
-	// adopts it), then the control plane listening on it.
-	// The bridge plugin (1.1) accepts a bridge whose first IPv4 address is
-	// its gateway's, so that one goes first.
+	// adopts it), then the control plane listening on it. The bridge plugin
+	// (1.1) accepts a bridge whose first IPv4 address is its gateway's, so
+	// that one goes first.
 	for _, c := range [][]string{{"link", "add", bridgeName, "type", "bridge"}, {"addr", "add", gatewayCIDR, "dev", bridgeName},
 		{"addr", "add", svcIP + "/32", "dev", bridgeName}, {"link", "set", bridgeName, "up"}} {
 		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
