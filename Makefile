@@ -7,7 +7,7 @@ ARCH_INC  := /usr/include/$(shell uname -m)-linux-gnu
 export BPF_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/include -I$(ARCH_INC)
 export BPF_CORE_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/vmlinux -I$(CURDIR)/bpf/include
 
-.PHONY: all build generate vmlinux deps k8s-bins test test-k8s test-unit test-priv demo bench clean
+.PHONY: all build generate vmlinux deps k8s-bins node-bins test test-k8s test-node test-unit test-priv demo bench clean
 
 all: build
 
@@ -38,6 +38,13 @@ build: generate
 k8s-bins:
 	@./scripts/k8s-bins.sh >/dev/null
 
+## node-bins: k8s-bins plus the kubelet (same module) and containerd, its
+## runc shim and ctr (Go module proxy) that test/node runs; cached the same way.
+node-bins:
+	@./scripts/k8s-bins.sh --node >/dev/null
+
+NODE_ENV = HBM_K8S_KUBELET=$$(./scripts/k8s-bins.sh --node | sed -n 3p) HBM_K8S_CONTAINERD=$$(./scripts/k8s-bins.sh --node | sed -n 4p)
+
 K8S_ENV = HBM_K8S_APISERVER=$$(./scripts/k8s-bins.sh | sed -n 1p) HBM_K8S_ETCD=$$(./scripts/k8s-bins.sh | sed -n 2p)
 
 ## test: everything CI runs (unit tests under the race detector, then every
@@ -56,6 +63,15 @@ test-k8s: deps
 	$(MAKE) build
 	$(MAKE) k8s-bins
 	$(K8S_ENV) HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -timeout 20m ./test/k8s/
+
+## test-node: the single-node test alone: the control plane of test-k8s plus a
+## real kubelet and containerd (runc and CNI plugins from Debian), the
+## DaemonSet of deploy/kubernetes, annotated pods and their traffic (root).
+test-node: deps
+	@./scripts/deps.sh --node
+	$(MAKE) build
+	$(MAKE) node-bins
+	$(K8S_ENV) $(NODE_ENV) HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -timeout 20m ./test/node/
 
 ## test-unit: tests that need no privileges.
 test-unit:

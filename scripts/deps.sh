@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
 # Installs the build and test toolchain on a fresh Debian machine. Idempotent and quiet when all is present.
+# With --node, also what the single-node test (make test-node) runs under its
+# containerd: runc (the OCI runtime) and containernetworking-plugins (the CNI
+# bridge, host-local and loopback plugins, in /usr/lib/cni).
 set -euo pipefail
+node=false
+case "${1:-}" in
+--node) node=true ;;
+"") ;;
+*) echo "usage: deps.sh [--node]" >&2; exit 2 ;;
+esac
 need=()
 command -v clang   >/dev/null || need+=(clang llvm)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
@@ -15,6 +24,10 @@ command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(pro
 [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
 command -v ab >/dev/null || need+=(apache2-utils) # ab: HTTP latency with the connect included
+if $node; then
+	command -v runc >/dev/null || need+=(runc)
+	[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "deps: missing ${need[*]}; run as root or install them" >&2

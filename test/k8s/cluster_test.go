@@ -1,76 +1,21 @@
 package k8s
 
-// A real control plane for the end-to-end test: etcd and kube-apiserver,
-// built from their Go modules by scripts/k8s-bins.sh (cached by version),
-// started on 127.0.0.1 with a private data directory, and killed (their
-// process groups) and removed at the end, also on failure.
+// The control plane for the end-to-end test is test/kcluster's (shared with
+// test/node): etcd and kube-apiserver on 127.0.0.1.
 
 import (
-	"bytes"
-	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/hbm-dev/hbm/internal/testutil"
+	"github.com/hbm-dev/hbm/test/kcluster"
 )
-
-// freePort returns a port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-// binaries returns kube-apiserver and etcd: $HBM_K8S_APISERVER and
-// $HBM_K8S_ETCD (make test sets them), else what scripts/k8s-bins.sh
-// prints (it builds them once, then answers from its cache).
-func binaries(t *testing.T) (apiserver, etcd string) {
-	t.Helper()
-	apiserver, etcd = os.Getenv("HBM_K8S_APISERVER"), os.Getenv("HBM_K8S_ETCD")
-	if apiserver != "" && etcd != "" {
-		return apiserver, etcd
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "scripts", "k8s-bins.sh"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	lines := strings.Fields(string(out))
-	if err != nil || len(lines) != 2 {
-		t.Fatalf("scripts/k8s-bins.sh: %v: %s", err, stderr.String())
-	}
-	return lines[0], lines[1]
-}
 
 // cluster is a running etcd and kube-apiserver.
 type cluster struct {
+	*kcluster.Cluster
 	t         *testing.T
 	dir       string
 	url       string
@@ -81,169 +26,19 @@ type cluster struct {
 }
 
 const (
-	adminToken = "hbm-e2e-admin-token"
-	// hbmToken authenticates as the DaemonSet's service account
-	// (system:serviceaccount:kube-system:hbm), so the RBAC in
-	// deploy/kubernetes is what lets the daemon work.
-	hbmToken = "hbm-e2e-daemon-token"
+	adminToken = kcluster.AdminToken
+	hbmToken   = kcluster.HBMToken
 )
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	apiserverBin, etcdBin := binaries(t)
-	dir, err := os.MkdirTemp("", "hbm-k8s-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) }) // registered first: runs after the processes are killed
-	c := &cluster{t: t, dir: dir}
-
-	// etcd
-	etcdPort, peerPort := freePort(t), freePort(t)
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	etcd := testutil.StartProc(t, nil, etcdBin, "--name", "e2e", "--data-dir", filepath.Join(dir, "etcd"),
-		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "e2e="+peerURL, "--unsafe-no-fsync", "--log-level", "warn")
-	hc := &http.Client{Timeout: 2 * time.Second}
-	if !testutil.WaitFor(60*time.Second, func() bool {
-		resp, err := hc.Get(etcdURL + "/health")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200 && !etcd.Exited()
-	}) {
-		t.Fatalf("etcd not healthy within 60s:\n%s", testutil.LastLines(etcd.Out.String(), 30))
-	}
-
-	// Keys and certificates: a CA, the API server's serving certificate
-	// for 127.0.0.1, the service-account signing key.
-	caKey, caCert, caPEM := newCA(t)
-	c.caPEM = caPEM
-	writeServing(t, dir, caKey, caCert)
-	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, "sa.key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey))
-	tokens := fmt.Sprintf("%s,admin,admin-uid,system:masters\n%s,system:serviceaccount:kube-system:hbm,hbm-uid,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n", adminToken, hbmToken)
-	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	port := freePort(t)
-	c.url = fmt.Sprintf("https://127.0.0.1:%d", port)
-	c.apiserver = testutil.StartProc(t, nil, apiserverBin,
-		"--etcd-servers", etcdURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none", fmt.Sprintf("--secure-port=%d", port),
-		"--tls-cert-file", filepath.Join(dir, "serving.crt"), "--tls-private-key-file", filepath.Join(dir, "serving.key"),
-		"--token-auth-file", filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode", "RBAC",
-		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file", filepath.Join(dir, "sa.key"),
-		"--service-account-signing-key-file", filepath.Join(dir, "sa.key"),
-		// Allocated from, never routed to: no traffic goes there.
-		"--service-cluster-ip-range", "198.19.255.0/24",
-		// No controller manager makes the namespaces' default service
-		// accounts; the test's pods need none.
-		"--disable-admission-plugins", "ServiceAccount",
-		"--allow-privileged=true", "--profiling=false",
-		"--cert-dir", filepath.Join(dir, "certs"))
-	c.adminREST = &rest.Config{Host: c.url, BearerToken: adminToken, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM},
-		QPS: 200, Burst: 400}
-	if c.admin, err = kubernetes.NewForConfig(c.adminREST); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if !testutil.WaitFor(120*time.Second, func() bool {
-		if c.apiserver.Exited() {
-			return true
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		body, err := c.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err == nil && string(body) == "ok"
-	}) || c.apiserver.Exited() {
-		t.Fatalf("kube-apiserver not ready within 120s:\n%s", testutil.LastLines(c.apiserver.Out.String(), 40))
-	}
-	t.Logf("etcd and kube-apiserver (%s) ready in %v", c.url, time.Since(start).Round(time.Millisecond))
-	return c
+	k := kcluster.Start(t, kcluster.Options{})
+	return &cluster{Cluster: k, t: t, dir: k.Dir, url: k.URL, caPEM: k.CAPEM,
+		admin: k.Admin, adminREST: k.AdminREST, apiserver: k.APIServer}
 }
 
-// kubeconfig writes a kubeconfig for token and returns its path.
-func (c *cluster) kubeconfig(name, token string) string {
-	c.t.Helper()
-	p := filepath.Join(c.dir, name+".kubeconfig")
-	ca := filepath.Join(c.dir, "ca.crt")
-	if err := os.WriteFile(ca, c.caPEM, 0o644); err != nil {
-		c.t.Fatal(err)
-	}
-	body := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-  - name: e2e
-    cluster:
-      server: %s
-      certificate-authority: %s
-users:
-  - name: %s
-    user:
-      token: %s
-contexts:
-  - name: e2e
-    context: {cluster: e2e, user: %s}
-current-context: e2e
-`, c.url, ca, name, token, name)
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		c.t.Fatal(err)
-	}
-	return p
-}
+func (c *cluster) kubeconfig(name, token string) string { return c.Kubeconfig(name, token) }
 
-func newCA(t *testing.T) (*rsa.PrivateKey, *x509.Certificate, []byte) {
-	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "hbm-e2e-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return key, cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
+func freePort(t *testing.T) int { return kcluster.FreePort(t) }
 
-func writeServing(t *testing.T, dir string, caKey *rsa.PrivateKey, ca *x509.Certificate) {
-	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(dir, "serving.crt"), "CERTIFICATE", der)
-	writePEM(t, filepath.Join(dir, "serving.key"), "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key))
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
+func repoRoot() string { return kcluster.RepoRoot() }
