@@ -4,6 +4,7 @@ package integration
 // binary in a private pin directory.
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -368,3 +369,99 @@ func TestHardenWalkerCgroupNamespace(t *testing.T) {
 // pacingCapRE finds a socket's pacing cap in ss -i output ("pacing_rate
 // RATEbps/CAPbps"; no cap: the rate alone).
 var pacingCapRE = regexp.MustCompile(`pacing_rate [0-9.]+bps/([0-9.]+)bps`)
+
+// TestHardenExecOtherPIDNamespace (issue 26): an hbm exec run started in a
+// PID namespace of its own (its pid names another process on the host) is
+// alive to the host's hbm commands: show only reads and kills nothing, and
+// set and prune, which clean up after killed runs, judge it by the lock its
+// hbm holds, not by the pid. Once that hbm is killed, the next prune
+// removes the run's group and limits. With its own /proc (unshare
+// --mount-proc) the run's name reads as the host's init at another start
+// time (taken for dead); with the host's /proc, as the host's init itself
+// (taken for alive forever).
+func TestHardenExecOtherPIDNamespace(t *testing.T) {
+	testutil.RequireCommand(t, "unshare")
+	for _, mountProc := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mount-proc=%v", mountProc), func(t *testing.T) { execOtherPIDNS(t, mountProc) })
+	}
+}
+
+func execOtherPIDNS(t *testing.T, mountProc bool) {
+	l := newExecLab(t)
+	other := "/hbm-test-execpidns"
+	cgroup.RemoveWait(other, 10, 50*time.Millisecond)
+	if _, err := cgroup.Create(other); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cgroup.RemoveWait(other, 50, 50*time.Millisecond) })
+
+	args := []string{"-pf"}
+	if mountProc {
+		args = append(args, "--mount-proc")
+	}
+	args = append(args, l.bin, "exec", "--egress", "10mbit", "--", "sh", "-c", execPrelude+"exec sleep 600")
+	cmd := exec.Command("unshare", args...)
+	cmd.Env = append(os.Environ(), "HBM_PIN_DIR="+l.pinDir)
+	cmd.SysProcAttr = &unix.SysProcAttr{Setpgid: true}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+		}
+	})
+	r := bufio.NewReader(out)
+	g := l.groupOf(r)
+	l.line(r) // the pid, in the namespace: useless on the host
+	alive := func(when string) {
+		t.Helper()
+		procs, err := os.ReadFile(filepath.Join(l.mnt, g, "cgroup.procs"))
+		if err != nil || len(strings.Fields(string(procs))) == 0 {
+			t.Fatalf("%s: the run's group %s is gone or empty (%q, %v): its command was killed", when, g, procs, err)
+		}
+		if err := unix.Kill(cmd.Process.Pid, 0); err != nil {
+			t.Fatalf("%s: unshare (host pid %d) is gone: %v", when, cmd.Process.Pid, err)
+		}
+	}
+	alive("started")
+	if s := l.hbm("show"); !strings.Contains(s, g) || !strings.Contains(s, "10mbit") {
+		t.Errorf("hbm show does not list the run's limit:\n%s", s)
+	}
+	alive("after hbm show")
+	l.hbm("set", other, "--egress", "100mbit")
+	alive("after hbm set on another group")
+	l.hbm("prune")
+	alive("after hbm prune")
+	if s := l.hbm("show"); !strings.Contains(s, g) {
+		t.Errorf("the run's limit is gone while it runs:\n%s", s)
+	}
+
+	// Killed (unshare, the namespace's init hbm, and so its command), it
+	// is dead to the next command that changes limits.
+	unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("hbm exec not dead 10s after SIGKILL")
+	}
+	var s string
+	testutil.WaitFor(5*time.Second, func() bool { // the namespace's processes die asynchronously
+		s = l.hbm("prune")
+		return l.gone(g)
+	})
+	if !strings.Contains(s, "removed "+g) || !l.gone(g) {
+		t.Errorf("hbm prune after the run's hbm was killed did not remove %s:\n%s", g, s)
+	}
+}
