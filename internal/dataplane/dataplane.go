@@ -141,6 +141,24 @@ func (m *Manager) Apply(g cgroup.Group, changes []Change) error {
 	if err := CheckGroup(g); err != nil {
 		return err
 	}
+	if g.Dir != "" {
+		// Resolved before the lock was taken (up to 10 s ago): the path
+		// may name another group by now. A limit is refused; a removal
+		// goes on with g's state alone (as prune does): the path's group
+		// is not g's subtree. attach checks again, on the descriptor it
+		// attaches through.
+		f, err := OpenGroup(g)
+		if err == nil {
+			f.Close()
+		}
+		sets := slices.ContainsFunc(changes, func(c Change) bool { return c.Limit != nil })
+		switch {
+		case errors.Is(err, ErrReplaced) && !sets:
+			g.Dir = ""
+		case err != nil:
+			return err
+		}
+	}
 	before := map[Direction]*Limit{}
 	for _, c := range changes {
 		if c.Dir != Egress && c.Dir != Ingress {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
@@ -464,4 +466,82 @@ func execOtherPIDNS(t *testing.T, mountProc bool) {
 	if !strings.Contains(s, "removed "+g) || !l.gone(g) {
 		t.Errorf("hbm prune after the run's hbm was killed did not remove %s:\n%s", g, s)
 	}
+}
+
+// TestHardenAttachReplacedGroup (issue 26): hbm set resolves its group, then
+// waits for the pin directory's lock; a group removed and made again at the
+// same path meanwhile (a unit restarted) is another group, which must get
+// nothing: the set is refused with a clear error, no program is attached to
+// the new group, and no limit is left for either.
+func TestHardenAttachReplacedGroup(t *testing.T) {
+	l := newKLab(t, "hard-replaced")
+	x, a := l.mk("x"), l.mk("a")
+	l.must("set", x, "--egress", "100mbit") // the state exists: the next set waits for its lock
+	oldID := l.id(a)
+
+	lock, err := os.Open(l.pinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, l.bin, "set", a, "--egress", "100mbit")
+	cmd.Env = append(os.Environ(), "HBM_PIN_DIR="+l.pinDir)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// It has resolved the group once it holds the pin directory open,
+	// waiting for the lock.
+	waiting := testutil.WaitFor(5*time.Second, func() bool {
+		fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", cmd.Process.Pid))
+		for _, fd := range fds {
+			if p, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", cmd.Process.Pid, fd.Name())); p == l.pinDir {
+				return true
+			}
+		}
+		return false
+	})
+	if !waiting {
+		unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+		cmd.Wait()
+		t.Fatalf("hbm set never waited for the pin directory's lock: %s", out.String())
+	}
+	dir := filepath.Join(l.mnt, a)
+	if err := unix.Rmdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	newID := l.id(a)
+	if newID == oldID {
+		t.Fatalf("the group made again has the old id %d", oldID)
+	}
+	unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+	err = cmd.Wait()
+	t.Logf("hbm set on a group replaced while it waited: %v: %s", err, strings.TrimSpace(out.String()))
+	if err == nil || !strings.Contains(out.String(), "not the group hbm resolved") && !strings.Contains(out.String(), "no longer the group hbm resolved") {
+		t.Errorf("hbm set on a group replaced after it was resolved: %v, %q; want it refused as no longer the group resolved", err, out.String())
+	}
+	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInetEgress, ebpf.AttachCGroupSockOps} {
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: at})
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Programs) != 0 {
+			t.Errorf("the new group %s (id %d) has %d %v programs attached, want none", a, newID, len(res.Programs), at)
+		}
+	}
+	l.checkSettled("after the refused set", []string{x})
 }
