@@ -545,3 +545,110 @@ func TestHardenAttachReplacedGroup(t *testing.T) {
 	}
 	l.checkSettled("after the refused set", []string{x})
 }
+
+// killUnsetParent sets p and its child c, then kills `hbm unset p` after
+// its limit is deleted (step 2), before its child got an attachment of its
+// own: the journal holds the unset, c is served by p's link alone.
+func killUnsetParent(t *testing.T, l *kLab) (p, c string) {
+	t.Helper()
+	p, c = l.mk("p"), l.mk("p/c")
+	l.must("set", p, "--egress", "200mbit")
+	l.must("set", c, "--egress", "100mbit")
+	if r := l.run([]string{"HBM_TEST_STOP_AFTER=2"}, "unset", p); !r.killed {
+		t.Fatalf("hbm unset %s to be killed after step 2: exit %d: %s", p, r.code, r.errOut)
+	}
+	if op := l.txnOp(); op == 0 {
+		t.Fatal("the killed unset left no journal: the test proves nothing")
+	}
+	return p, c
+}
+
+// TestHardenReplayNamespacePath (issue 26): a journaled unset of a parent,
+// replayed by hbm in a container whose cgroup namespace is rooted above it
+// (the group visible, under another path than the one journaled), is
+// finished on the group itself, found by its id: its limited child gets an
+// attachment of its own before the parent's goes, and stays policed.
+// (cgroup2 refuses renames, EPERM, so a path changes only with the view.)
+func TestHardenReplayNamespacePath(t *testing.T) {
+	l := newKLab(t, "hard-replay-view")
+	p, c := killUnsetParent(t, l)
+	r := l.inCgroupNS(l.top, "prune")
+	t.Logf("hbm prune in a container rooted at %s: exit %d: %s", l.top, r.code, strings.TrimSpace(r.errOut))
+	if r.code != 0 {
+		t.Fatalf("hbm prune in a container rooted at %s: exit %d: %s", l.top, r.code, r.errOut)
+	}
+	l.checkTruth("after the replay in a container", []string{c})
+	l.checkSettled("after the replay in a container", []string{c})
+	_ = p
+}
+
+// inCgroupNS runs hbm as in a container: in new cgroup and mount namespaces
+// rooted at group ctr, with cgroup2 mounted there where it is on the host.
+func (l *kLab) inCgroupNS(ctr string, args ...string) hbmResult {
+	l.t.Helper()
+	f, err := os.Open(filepath.Join(l.mnt, ctr))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = strconv.Quote(a)
+	}
+	script := "mount --make-rprivate / && umount -l " + l.mnt + " && mount -t cgroup2 none " + l.mnt + " && exec " + l.bin + " " + strings.Join(q, " ")
+	cmd := exec.CommandContext(ctx, "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "HBM_PIN_DIR="+l.pinDir)
+	cmd.SysProcAttr = &unix.SysProcAttr{Cloneflags: unix.CLONE_NEWCGROUP | unix.CLONE_NEWNS, UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	r := hbmResult{out: stdout.String(), errOut: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		l.t.Fatalf("hbm %v in a cgroup namespace: %v", args, err)
+	}
+	return r
+}
+
+// TestHardenReplayOtherNamespace (issue 26): a journaled change whose group
+// is not visible from a container (another cgroup namespace) is not
+// replayed there with a group without its subtree (which would drop the
+// limited child's attachment): every change is refused with a message
+// that names `hbm repair --abandon`; that gives the change up and changes
+// can go on; the host then finishes the parent's unset by hand.
+func TestHardenReplayOtherNamespace(t *testing.T) {
+	l := newKLab(t, "hard-replay-ns")
+	p, c := killUnsetParent(t, l)
+	ctr := l.mk("ctr")
+	w := l.mk("ctr/w")
+	for _, args := range [][]string{{"set", "/w", "--egress", "100mbit"}, {"prune"}} {
+		r := l.inCgroupNS(ctr, args...)
+		t.Logf("hbm %v in a container while a change of %s is journaled: exit %d: %s", args, p, r.code, strings.TrimSpace(r.errOut))
+		if r.code != 1 || !strings.Contains(r.errOut, "hbm repair --abandon") {
+			t.Errorf("hbm %v in a container, the journaled group not visible there: exit %d, %q; want exit 1 naming hbm repair --abandon", args, r.code, r.errOut)
+		}
+		l.checkTruth(fmt.Sprintf("after hbm %v in a container", args), []string{c})
+		if op := l.txnOp(); op == 0 {
+			t.Errorf("after hbm %v in a container: the journal was cleared", args)
+		}
+	}
+	r := l.inCgroupNS(ctr, "repair", "--abandon")
+	if r.code != 0 || !strings.Contains(r.out, "abandoned") || !strings.Contains(r.out, strconv.FormatUint(l.id(p), 10)) {
+		t.Fatalf("hbm repair --abandon: exit %d, %q %q; want it to say what it abandoned", r.code, r.out, r.errOut)
+	}
+	if op := l.txnOp(); op != 0 {
+		t.Errorf("after hbm repair --abandon the journal holds op %d", op)
+	}
+	if r := l.inCgroupNS(ctr, "set", "/w", "--egress", "100mbit"); r.code != 0 {
+		t.Errorf("hbm set in the container after --abandon: exit %d: %s", r.code, r.errOut)
+	}
+	l.checkTruth("after --abandon", []string{c, w})
+	l.must("unset", p)
+	l.checkSettled("after the host's unset of the parent", []string{c, w})
+	if r := l.run(nil, "repair", "--abandon"); r.code != 0 || !strings.Contains(r.out, "nothing to abandon") {
+		t.Errorf("hbm repair --abandon with nothing journaled: exit %d, %q", r.code, r.out)
+	}
+}
