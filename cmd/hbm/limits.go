@@ -106,7 +106,7 @@ low rates.`,
 			if err != nil {
 				return err
 			}
-			if err := dataplane.CheckGroup(g); err != nil {
+			if err := dataplane.CheckDepth(g); err != nil {
 				return usageError{err}
 			}
 			if err := requireRoot(); err != nil {
@@ -119,6 +119,9 @@ low rates.`,
 			defer m.Close()
 			err = m.Apply(g, changes)
 			warn(m)
+			if errors.Is(err, dataplane.ErrTooDeep) {
+				return usageError{err} // deeper from the real root than the path says
+			}
 			if err != nil {
 				return err
 			}
@@ -193,6 +196,9 @@ no limit named is set.`,
 			}
 			err = m.Apply(g, changes)
 			warn(m)
+			if errors.Is(err, dataplane.ErrTooDeep) {
+				return usageError{err} // deeper from the real root than the path says
+			}
 			if err != nil {
 				return err
 			}

@@ -126,10 +126,35 @@ type Change struct {
 	Limit *Limit // nil: remove the limit
 }
 
-// CheckGroup refuses groups a limit cannot be set on.
-func CheckGroup(g cgroup.Group) error {
+// ErrTooDeep means a group lies deeper in the cgroup tree than the data
+// plane follows a socket's path (MaxLevel).
+var ErrTooDeep = fmt.Errorf("hbm limits groups at most %d levels deep", MaxLevel)
+
+// CheckDepth is CheckGroup's check by path alone (no privilege needed): a
+// group deeper than MaxLevel below the mount is deeper still from the root.
+func CheckDepth(g cgroup.Group) error {
 	if depth := strings.Count(strings.Trim(g.Rel, "/"), "/") + 1; g.Rel != "/" && depth > MaxLevel {
-		return fmt.Errorf("%s is %d levels deep: hbm limits groups at most %d levels deep", g, depth, MaxLevel)
+		return fmt.Errorf("%s is %d levels deep: %w", g, depth, ErrTooDeep)
+	}
+	return nil
+}
+
+// CheckGroup refuses groups a limit cannot be set on: deeper than MaxLevel
+// levels. The programs count levels from the real root of the cgroup tree
+// (bpf_skb_ancestor_cgroup_id), so the level is the kernel's (cgroup.Level),
+// not the depth below the mount, which under a cgroup namespace starts
+// lower: a group that passed on its path could never be policed.
+func CheckGroup(g cgroup.Group) error {
+	if err := CheckDepth(g); err != nil || g.Rel == "/" || g.Dir == "" {
+		return err
+	}
+	depth := strings.Count(strings.Trim(g.Rel, "/"), "/") + 1
+	lvl, err := cgroup.Level(g)
+	if err != nil {
+		return fmt.Errorf("%s: cannot tell how deep it lies in the cgroup tree (hbm limits groups at most %d levels deep): %w", g, MaxLevel, err)
+	}
+	if lvl > MaxLevel {
+		return fmt.Errorf("%s is %d levels deep in the whole cgroup tree (%d below this cgroup namespace's root): %w", g, lvl, depth, ErrTooDeep)
 	}
 	return nil
 }

@@ -652,3 +652,37 @@ func TestHardenReplayOtherNamespace(t *testing.T) {
 		t.Errorf("hbm repair --abandon with nothing journaled: exit %d, %q", r.code, r.out)
 	}
 }
+
+// TestHardenDepthCgroupNamespace (issue 26): in a container whose cgroup
+// namespace is rooted 10 levels down, a group 22 levels below its root
+// (32 from the real root, where the programs count) passes a check by
+// path but could never be policed: it is refused (exit 2, nothing
+// changed); one 21 levels below (31 from the root) is accepted.
+func TestHardenDepthCgroupNamespace(t *testing.T) {
+	l := newKLab(t, "hard-depthns")
+	ctr := "" // the container's root: level 10 (the test's top is level 1)
+	for i := 2; i <= 10; i++ {
+		ctr = filepath.Join(ctr, fmt.Sprintf("c%d", i))
+	}
+	inside := "" // 21 levels below it: level 31
+	for i := 1; i <= dataplane.MaxLevel-10; i++ {
+		inside = filepath.Join(inside, fmt.Sprintf("l%d", i))
+	}
+	ok := l.mk(filepath.Join(ctr, inside))
+	l.mk(filepath.Join(ctr, inside, "deep"))
+	ctrRel := filepath.Join(l.top, ctr)
+	r := l.inCgroupNS(ctrRel, "set", "/"+inside+"/deep", "--egress", "100mbit")
+	t.Logf("hbm set of a group %d levels below a container's root, %d from the real root: exit %d: %s",
+		dataplane.MaxLevel-10+1, dataplane.MaxLevel+1, r.code, strings.TrimSpace(r.errOut))
+	if r.code != 2 || !strings.Contains(r.errOut, "levels deep") {
+		t.Errorf("hbm set of a group %d levels deep from the real root, in a container: exit %d, %q; want exit 2, refused as too deep",
+			dataplane.MaxLevel+1, r.code, r.errOut)
+	}
+	if dataplane.Pinned(l.pinDir) {
+		l.checkSettled("after the refused set", nil)
+	}
+	if r := l.inCgroupNS(ctrRel, "set", "/"+inside, "--egress", "100mbit"); r.code != 0 {
+		t.Fatalf("hbm set of a group %d levels deep from the real root, in a container: exit %d: %s", dataplane.MaxLevel, r.code, r.errOut)
+	}
+	l.checkSettled("after a set at MaxLevel from the real root", []string{ok})
+}
