@@ -25,8 +25,11 @@ and remove the cgroup and its limits when CMD ends. hbm exits with CMD's exit
 status, or is killed by the signal that killed it (128+N for signals hbm
 cannot re-raise). Signals hbm receives are passed to CMD (SIGINT and SIGQUIT
 are left to the terminal when there is one: it sends them to CMD itself).
-If hbm is killed, CMD is killed with it, and the next hbm command (exec, set,
-unset, show, prune, top, daemon) removes the group and its limits.
+If hbm is killed, CMD is killed with it, and the next hbm command that
+changes limits (exec, set, unset, prune, daemon) removes the group and its
+limits. A run is judged dead by a lock its hbm holds (released by the kernel
+when it dies), so runs in other PID namespaces are safe; show and top never
+clean up.
 
 hbm exec's own failures exit 125 (setup), 126 (CMD cannot run) or 127 (CMD
 not found). The options are hbm set's.`,

@@ -19,7 +19,7 @@ import (
 // The limit commands: set, unset, show, prune.
 
 func init() {
-	commands = append(commands, newSetCmd, newUnsetCmd, newShowCmd, newPruneCmd)
+	commands = append(commands, newSetCmd, newUnsetCmd, newShowCmd, newPruneCmd, newRepairCmd)
 }
 
 // pinDir is where state is pinned. The environment variable HBM_PIN_DIR or
@@ -106,7 +106,7 @@ low rates.`,
 			if err != nil {
 				return err
 			}
-			if err := dataplane.CheckGroup(g); err != nil {
+			if err := dataplane.CheckDepth(g); err != nil {
 				return usageError{err}
 			}
 			if err := requireRoot(); err != nil {
@@ -119,6 +119,9 @@ low rates.`,
 			defer m.Close()
 			err = m.Apply(g, changes)
 			warn(m)
+			if errors.Is(err, dataplane.ErrTooDeep) {
+				return usageError{err} // deeper from the real root than the path says
+			}
 			if err != nil {
 				return err
 			}
@@ -193,6 +196,9 @@ no limit named is set.`,
 			}
 			err = m.Apply(g, changes)
 			warn(m)
+			if errors.Is(err, dataplane.ErrTooDeep) {
+				return usageError{err} // deeper from the real root than the path says
+			}
 			if err != nil {
 				return err
 			}
@@ -325,5 +331,56 @@ prune does it on demand.`,
 			return err
 		},
 	}
+	return cmd
+}
+
+func newRepairCmd() *cobra.Command {
+	var abandon bool
+	cmd := &cobra.Command{
+		Use:   "repair [--abandon]",
+		Short: "Finish, or give up, the change a killed hbm left half done",
+		Long: `A killed set or unset leaves its change journaled; the next command that
+changes limits finishes it (or undoes it) first. repair does only that, and
+says what it did.
+
+A journaled change that cannot be finished (its group is not visible from
+where hbm runs: another cgroup namespace; or a step keeps failing) blocks
+every command that changes limits, prune included. Run hbm where the group
+is visible, or give the change up with --abandon: the journal is cleared and
+the state left as it is; hbm show then tells what is not enforced, and set or
+unset on the group (where it is visible) makes it whole.`,
+		Example: `  hbm repair
+  hbm repair --abandon`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			if abandon {
+				what, err := dataplane.Abandon(pinDir)
+				if err != nil {
+					return err
+				}
+				if what == "" {
+					fmt.Fprintln(cmd.OutOrStdout(), "nothing to abandon: no change under way")
+					return nil
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "abandoned the %s; the state is left as it was (see hbm show; set or unset the group to make it whole)\n", safetext.Quote(what))
+				return nil
+			}
+			did, err := dataplane.Repair(pinDir)
+			for _, w := range did {
+				fmt.Fprintln(cmd.OutOrStdout(), safetext.Quote(w))
+			}
+			if err != nil {
+				return err
+			}
+			if len(did) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "nothing to repair")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&abandon, "abandon", false, "give up the journaled change: clear the journal, leave the state as it is")
 	return cmd
 }

@@ -53,8 +53,10 @@ cgroup skb hooks. Over its rate a group's TCP senders are told to slow down
 }
 
 // cleansExec lists the commands that first clean up after killed hbm execs
-// (their cgroups and limits): the ones that work on limits.
-var cleansExec = map[string]bool{"set": true, "unset": true, "show": true, "prune": true, "exec": true, "top": true, "daemon": true}
+// (their cgroups and limits): the ones that change limits. A command that
+// only reads (show, top, check...) never cleans up: clean-up kills what is
+// left in a dead run's group, and a read must never kill anything.
+var cleansExec = map[string]bool{"set": true, "unset": true, "prune": true, "exec": true, "daemon": true}
 
 func cleanupExec(cmd *cobra.Command, _ []string) {
 	if !cleansExec[cmd.Name()] || cmd.Parent() != cmd.Root() || os.Geteuid() != 0 {

@@ -189,8 +189,19 @@ func PathOf(id uint64) (Group, error) {
 	if strings.HasSuffix(dir, " (deleted)") {
 		return Group{}, fmt.Errorf("cgroup id %d: %w", id, ErrRemoved)
 	}
-	return resolveUnder(mnt, dir)
+	// A group outside this process's cgroup namespace opens, but its path
+	// reads as the namespace's root: only a path that leads back to id is
+	// its path.
+	g, err := resolveUnder(mnt, dir)
+	if err == nil && g.ID != id {
+		return Group{}, fmt.Errorf("cgroup id %d: %w (another cgroup namespace's?)", id, ErrNotVisible)
+	}
+	return g, err
 }
+
+// ErrNotVisible means a group exists but has no path under this process's
+// cgroup2 mount (it lies outside its cgroup namespace).
+var ErrNotVisible = errors.New("cgroup not under this mount")
 
 // Create makes the group rel (relative to the mount) and its parents. It is
 // meant for tests and testbeds; hbm itself never creates groups.

@@ -87,3 +87,25 @@ func TestCreatePathOfRemove(t *testing.T) {
 		t.Fatalf("PathOf of a removed group: %v; want ErrRemoved or ESTALE (gone for certain)", err)
 	}
 }
+
+// TestLevel: the level the kernel gives a group (root 0) is its depth below
+// the mount when the mount is the real root.
+func TestLevel(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := Mount(); err != nil {
+		testutil.Missing(t, "cgroup2", err)
+	}
+	rel := "/hbm-test-level/a/b"
+	g, err := Create(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Remove("/hbm-test-level")
+	lvl, err := Level(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lvl != 3 {
+		t.Errorf("Level(%s) = %d, want 3", rel, lvl)
+	}
+}

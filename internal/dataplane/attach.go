@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 )
@@ -101,6 +102,17 @@ func (m *Manager) attach(g cgroup.Group, d Direction) error {
 		prog, assist, hook = p.HbmIngress, p.HbmRxwinOps, ebpf.AttachCGroupInetIngress
 	}
 	lp := m.linkPath(g.ID, d)
+	if pinExists(lp) && pinExists(lp+"-sockops") {
+		return nil
+	}
+	// Attached through a descriptor of the directory proved to be the group
+	// g names: the path may name another group by now (removed and made
+	// again, a unit restarted), which must not get g's links.
+	dir, err := OpenGroup(g)
+	if err != nil {
+		return fmt.Errorf("attach %v program: %w", d, err)
+	}
+	defer dir.Close()
 	for _, a := range []struct {
 		path string
 		hook ebpf.AttachType
@@ -109,7 +121,7 @@ func (m *Manager) attach(g cgroup.Group, d Direction) error {
 		if _, err := os.Lstat(a.path); err == nil {
 			continue
 		}
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: g.Dir, Attach: a.hook, Program: a.prog})
+		l, err := link.AttachRawLink(link.RawLinkOptions{Target: int(dir.Fd()), Attach: a.hook, Program: a.prog})
 		if err != nil {
 			return fmt.Errorf("attach %v program to %s: %w", d, g.Dir, err)
 		}
@@ -134,6 +146,38 @@ func (m *Manager) detach(id uint64, d Direction) error {
 		m.step("detached " + filepath.Base(path))
 	}
 	return nil
+}
+
+// ErrReplaced means a group's path names another group than the one hbm
+// resolved: it was removed, and maybe made again.
+var ErrReplaced = errors.New("no longer the group hbm resolved")
+
+// OpenGroup opens g's directory and checks that it is the group g names
+// (its cgroup id, read from the open descriptor, is g.ID): what is done
+// through the descriptor is done to g, whatever the path names later.
+func OpenGroup(g cgroup.Group) (*os.File, error) {
+	f, err := os.OpenFile(g.Dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s (cgroup id %d) was removed: %w", g, g.ID, ErrReplaced)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open cgroup %s: %w", g.Dir, err)
+	}
+	var st unix.Stat_t
+	var fs unix.Statfs_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat cgroup %s: %w", g.Dir, err)
+	}
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("statfs cgroup %s: %w", g.Dir, err)
+	}
+	if fs.Type != unix.CGROUP2_SUPER_MAGIC || st.Ino != g.ID {
+		f.Close()
+		return nil, fmt.Errorf("%s is cgroup id %d, not %d: %w (removed and made again since it was resolved?); nothing done to it", g, st.Ino, g.ID, ErrReplaced)
+	}
+	return f, nil
 }
 
 func unpinLink(path string) error {

@@ -11,6 +11,7 @@ package dataplane
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -59,7 +60,7 @@ func Open(dir string) (*Manager, error) {
 	}
 	if err := m.repair(); err != nil {
 		m.Close()
-		return nil, fmt.Errorf("finish the change a killed hbm left: %w", err)
+		return nil, fmt.Errorf("finish the change a killed hbm left: %w (it blocks every change until it is finished: run hbm where its group is visible, or give it up with `hbm repair --abandon`)", err)
 	}
 	m.restoreAssists()
 	return m, nil
@@ -141,10 +142,35 @@ type Change struct {
 	Limit *Limit // nil: remove the limit
 }
 
-// CheckGroup refuses groups a limit cannot be set on.
-func CheckGroup(g cgroup.Group) error {
+// ErrTooDeep means a group lies deeper in the cgroup tree than the data
+// plane follows a socket's path (MaxLevel).
+var ErrTooDeep = fmt.Errorf("hbm limits groups at most %d levels deep", MaxLevel)
+
+// CheckDepth is CheckGroup's check by path alone (no privilege needed): a
+// group deeper than MaxLevel below the mount is deeper still from the root.
+func CheckDepth(g cgroup.Group) error {
 	if depth := strings.Count(strings.Trim(g.Rel, "/"), "/") + 1; g.Rel != "/" && depth > MaxLevel {
-		return fmt.Errorf("%s is %d levels deep: hbm limits groups at most %d levels deep", g, depth, MaxLevel)
+		return fmt.Errorf("%s is %d levels deep: %w", g, depth, ErrTooDeep)
+	}
+	return nil
+}
+
+// CheckGroup refuses groups a limit cannot be set on: deeper than MaxLevel
+// levels. The programs count levels from the real root of the cgroup tree
+// (bpf_skb_ancestor_cgroup_id), so the level is the kernel's (cgroup.Level),
+// not the depth below the mount, which under a cgroup namespace starts
+// lower: a group that passed on its path could never be policed.
+func CheckGroup(g cgroup.Group) error {
+	if err := CheckDepth(g); err != nil || g.Rel == "/" || g.Dir == "" {
+		return err
+	}
+	depth := strings.Count(strings.Trim(g.Rel, "/"), "/") + 1
+	lvl, err := cgroup.Level(g)
+	if err != nil {
+		return fmt.Errorf("%s: cannot tell how deep it lies in the cgroup tree (hbm limits groups at most %d levels deep): %w", g, MaxLevel, err)
+	}
+	if lvl > MaxLevel {
+		return fmt.Errorf("%s is %d levels deep in the whole cgroup tree (%d below this cgroup namespace's root): %w", g, lvl, depth, ErrTooDeep)
 	}
 	return nil
 }
@@ -156,6 +182,24 @@ func CheckGroup(g cgroup.Group) error {
 func (m *Manager) Apply(g cgroup.Group, changes []Change) error {
 	if err := CheckGroup(g); err != nil {
 		return err
+	}
+	if g.Dir != "" {
+		// Resolved before the lock was taken (up to 10 s ago): the path
+		// may name another group by now. A limit is refused; a removal
+		// goes on with g's state alone (as prune does): the path's group
+		// is not g's subtree. attach checks again, on the descriptor it
+		// attaches through.
+		f, err := OpenGroup(g)
+		if err == nil {
+			f.Close()
+		}
+		sets := slices.ContainsFunc(changes, func(c Change) bool { return c.Limit != nil })
+		switch {
+		case errors.Is(err, ErrReplaced) && !sets:
+			g.Dir = ""
+		case err != nil:
+			return err
+		}
 	}
 	before := map[Direction]*Limit{}
 	for _, c := range changes {
@@ -176,24 +220,101 @@ func (m *Manager) Apply(g cgroup.Group, changes []Change) error {
 			return fmt.Errorf("%s %v: %w", g, c.Dir, ErrNotFound)
 		}
 	}
+	if len(changes) > 1 {
+		return m.applyAll(g, changes, before)
+	}
+	c := changes[0]
+	if c.Limit != nil {
+		return m.set(g, c.Dir, *c.Limit)
+	}
+	return m.unset(g, c.Dir)
+}
+
+// applyAll makes several directions of g as asked in one transaction: the
+// whole plan is journaled first, so a killed hbm's change is completed as
+// a whole by the next (repair), never left with one direction done. On a
+// failure the directions are put back as they were (before), journaled
+// the same way.
+func (m *Manager) applyAll(g cgroup.Group, changes []Change, before map[Direction]*Limit) error {
+	plan := make([]txnChange, len(changes))
+	back := make([]txnChange, len(changes))
 	for i, c := range changes {
-		var err error
+		plan[i] = txnChange{Dir: c.Dir, Limit: c.Limit}
+		back[i] = txnChange{Dir: c.Dir, Limit: before[c.Dir]}
+	}
+	if err := m.beginPlan(g, plan); err != nil {
+		return err
+	}
+	err := m.runPlan(g, plan)
+	if err == nil {
+		return m.end()
+	}
+	if jerr := m.beginPlan(g, back); jerr != nil {
+		m.warn("%s: could not journal putting back its limits: %v", g, jerr)
+		return err
+	}
+	if rerr := m.runPlan(g, back); rerr != nil {
+		m.warn("%s: putting back its limits failed (the next hbm command that changes limits tries again): %v", g, rerr)
+		return err
+	}
+	m.end()
+	return err
+}
+
+// runPlan makes each direction of g what plan says: every step may be
+// repeated (a replay runs a plan partly done).
+func (m *Manager) runPlan(g cgroup.Group, plan []txnChange) error {
+	for _, c := range plan {
 		if c.Limit != nil {
-			err = m.set(g, c.Dir, *c.Limit)
-		} else {
-			err = m.unset(g, c.Dir)
-		}
-		if err == nil {
+			if g.Dir == "" { // the group is gone: nothing to limit
+				if err := m.remove(g, c.Dir); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := m.setSteps(g, c.Dir, *c.Limit); err != nil {
+				return err
+			}
 			continue
 		}
-		for _, done := range changes[:i] {
-			if old := before[done.Dir]; old != nil {
-				m.set(g, done.Dir, *old)
-			} else {
-				m.unset(g, done.Dir)
-			}
+		if !m.limited(g.ID, c.Dir) && !m.hasLink(g.ID, c.Dir) && !m.hasAssistLink(g.ID, c.Dir) {
+			continue
 		}
+		if err := m.remove(g, c.Dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setSteps limits direction d of g, in place when it is limited and served
+// already, else creating its state and attachment (set's steps, without
+// the journal).
+func (m *Manager) setSteps(g cgroup.Group, d Direction, l Limit) error {
+	cfg, err := config(l)
+	if err != nil {
 		return err
+	}
+	k := key(g.ID, d)
+	var cur hbmHbmConfig
+	if m.st.limits.Lookup(&k, &cur) == nil && m.coveredBy(g, d) != 0 {
+		if err := m.st.limits.Update(&k, &cfg, ebpf.UpdateExist); err != nil {
+			return fmt.Errorf("update limit of %s: %w", g, err)
+		}
+		m.step("updated limit")
+		return nil
+	}
+	if err := m.create(g, d, cfg); err != nil {
+		return err
+	}
+	if err := m.cover(g, d); err != nil {
+		return err
+	}
+	if !l.NoPace {
+		if _, _, err := m.walkSockets(g, d, false); err != nil {
+			m.warn("existing connections of %s %v not assisted: %v", g, d, err)
+		}
+		m.step("walked sockets")
 	}
 	return nil
 }
@@ -325,6 +446,30 @@ func (m *Manager) begin(op txnOp, g cgroup.Group, d Direction) error {
 	return nil
 }
 
+// beginPlan journals a whole Apply (txnApply) before its first step.
+func (m *Manager) beginPlan(g cgroup.Group, plan []txnChange) error {
+	p := txnPlan{Rel: g.Rel, Changes: plan}
+	b, err := json.Marshal(p)
+	if err == nil && len(b) > txnPathBytes {
+		p.Rel = "" // the path is for messages only: the id finds the group
+		b, err = json.Marshal(p)
+	}
+	if err == nil && len(b) > txnPathBytes {
+		err = fmt.Errorf("plan of %d bytes", len(b))
+	}
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	e := txnEntry{Op: txnApply, ID: g.ID}
+	copy(e.Rel[:], b)
+	zero := uint32(0)
+	if err := m.st.txn.Put(&zero, &e); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	m.step("journaled")
+	return nil
+}
+
 // end clears the journal after a change's last step.
 func (m *Manager) end() error {
 	zero := uint32(0)
@@ -335,24 +480,105 @@ func (m *Manager) end() error {
 	return nil
 }
 
-// repair finishes or undoes the change a killed hbm journaled: a set whose
-// limit was written is finished (attached); one whose limit was not is
-// undone; an unset is finished.
-func (m *Manager) repair() error {
-	var e txnEntry
+// journaled reads the journal; ok false when no change is under way.
+func (m *Manager) journaled() (e txnEntry, rel string, plan []txnChange, ok bool, err error) {
 	zero := uint32(0)
-	if err := m.st.txn.Lookup(&zero, &e); err != nil || e.Op == txnNone {
-		return nil
+	if m.st.txn == nil || m.st.txn.Lookup(&zero, &e) != nil || e.Op == txnNone {
+		return e, "", nil, false, nil
 	}
-	d := Direction(e.Dir)
-	rel := string(e.Rel[:])
+	rel = string(e.Rel[:])
 	if i := strings.IndexByte(rel, 0); i >= 0 {
 		rel = rel[:i]
 	}
-	g, err := cgroup.Resolve(rel)
-	if err != nil || g.ID != e.ID {
-		g = cgroup.Group{ID: e.ID, Rel: fmt.Sprintf("(removed, id %d)", e.ID)} // gone: only its state is left
+	if e.Op == txnApply {
+		var p txnPlan
+		if err := json.Unmarshal([]byte(rel), &p); err != nil {
+			return e, "", nil, true, fmt.Errorf("journal of cgroup id %d unreadable: %w", e.ID, err)
+		}
+		rel, plan = p.Rel, p.Changes
 	}
+	return e, rel, plan, true, nil
+}
+
+// describe says what a journal entry was doing, for messages.
+func describe(e txnEntry, rel string, plan []txnChange) string {
+	what := map[txnOp]string{txnSet: "set", txnUnset: "unset", txnApply: "change"}[e.Op]
+	if what == "" {
+		what = fmt.Sprintf("operation %d", e.Op)
+	}
+	var dirs []string
+	switch e.Op {
+	case txnApply:
+		for _, c := range plan {
+			if c.Limit != nil {
+				dirs = append(dirs, fmt.Sprintf("%v %v", c.Dir, c.Limit.Rate))
+			} else {
+				dirs = append(dirs, fmt.Sprintf("%v removed", c.Dir))
+			}
+		}
+	default:
+		dirs = append(dirs, Direction(e.Dir).String())
+	}
+	if rel == "" {
+		rel = "?"
+	}
+	return fmt.Sprintf("%s of cgroup id %d (%s when journaled): %s", what, e.ID, rel, strings.Join(dirs, ", "))
+}
+
+// ErrCannotReplay means the journaled change is on a group this hbm cannot
+// find: it exists, but not where this process sees the cgroup tree.
+var ErrCannotReplay = errors.New("cannot finish the change a killed hbm left")
+
+// journaledGroup finds the group of a journaled change by its cgroup id:
+// where it is now (renamed or not), or removed (proved by the kernel), or
+// an error when it is neither (another cgroup namespace, no permission):
+// then nothing may be done, as a group seen without its subtree would lose
+// the attachments its nested limits need.
+func (m *Manager) journaledGroup(id uint64, rel string) (cgroup.Group, error) {
+	g, err := cgroup.PathOf(id)
+	if err == nil {
+		return g, nil
+	}
+	if errors.Is(err, unix.ESTALE) || errors.Is(err, cgroup.ErrRemoved) {
+		return cgroup.Group{ID: id, Rel: fmt.Sprintf("(removed, id %d)", id)}, nil // gone: only its state is left
+	}
+	// Without CAP_DAC_READ_SEARCH the handle cannot be opened: the tree
+	// may still hold it.
+	if p, ok := cgroupPaths(m.mount)[id]; ok {
+		return cgroup.Group{Dir: filepath.Join(m.mount, p), Rel: p, ID: id}, nil
+	}
+	for _, d := range Directions {
+		if m.linkGone(id, d) {
+			return cgroup.Group{ID: id, Rel: fmt.Sprintf("(removed, id %d)", id)}, nil
+		}
+	}
+	return cgroup.Group{}, fmt.Errorf("%w: its group (cgroup id %d, %s when journaled) is not found from here: %v", ErrCannotReplay, id, rel, err)
+}
+
+// repair finishes or undoes the change a killed hbm journaled: a set whose
+// limit was written is finished (attached); one whose limit was not is
+// undone; an unset is finished; a whole Apply (txnApply) is completed, or
+// undone entirely if its group was removed. The group is found by its id.
+func (m *Manager) repair() error {
+	e, rel, plan, ok, err := m.journaled()
+	if !ok {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	g, err := m.journaledGroup(e.ID, rel)
+	if err != nil {
+		return err
+	}
+	if e.Op == txnApply {
+		if err := m.runPlan(g, plan); err != nil {
+			return err
+		}
+		m.warn("finished the %s that an earlier hbm left half done (now %s)", describe(e, rel, plan), g)
+		return m.end()
+	}
+	d := Direction(e.Dir)
 	switch {
 	case e.Op == txnSet && g.Dir != "" && m.limited(g.ID, d):
 		if err := m.cover(g, d); err != nil {
@@ -372,6 +598,49 @@ func (m *Manager) repair() error {
 	}
 	m.warn("finished the %s of %s %v that an earlier hbm left half done", map[txnOp]string{txnSet: "set", txnUnset: "unset"}[e.Op], g, d)
 	return m.end()
+}
+
+// Abandon gives up the change a killed hbm journaled, without finishing or
+// undoing it: the journal is cleared and the state left as it is (a limit
+// without its attachment shows as not enforced; `hbm unset` or `hbm set` on
+// the group, where it is visible, makes it whole). It returns what was
+// abandoned, "" if nothing was journaled.
+func Abandon(dir string) (string, error) {
+	if !Pinned(dir) {
+		return "", nil
+	}
+	m, err := open(dir, unix.LOCK_EX, true)
+	if err != nil {
+		return "", err
+	}
+	defer m.Close()
+	e, rel, plan, ok, err := m.journaled()
+	if !ok {
+		return "", nil
+	}
+	what := fmt.Sprintf("journal entry %d of cgroup id %d", e.Op, e.ID)
+	if err == nil {
+		what = describe(e, rel, plan)
+	}
+	m.steps = 0
+	if err := m.end(); err != nil {
+		return "", err
+	}
+	return what, nil
+}
+
+// Repair opens the state for writing, which finishes what a killed hbm left
+// (Open), and returns the Manager's warnings: what it did.
+func Repair(dir string) ([]string, error) {
+	if !Pinned(dir) {
+		return nil, nil
+	}
+	m, err := Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	return m.Warnings, nil
 }
 
 // Entry is one limit as found in the pinned state.

@@ -43,18 +43,33 @@ const txnPathBytes = 4080
 type txnOp uint32
 
 const (
-	txnNone txnOp = iota
-	txnSet
-	txnUnset
+	txnNone  txnOp = iota
+	txnSet         // one direction set (Dir); Rel the group's path
+	txnUnset       // one direction removed (Dir); Rel the group's path
+	// txnApply: every direction of one Apply, one transaction; Rel holds
+	// the plan as JSON (txnPlan): replay completes each of its changes.
+	txnApply
 )
 
-// txnEntry is the journal's one value.
+// txnEntry is the journal's one value. ID is the group's cgroup id, by which
+// a replay finds it (the path is what it was when journaled, for messages).
 type txnEntry struct {
 	Op  txnOp
 	Dir uint32
 	ID  uint64
 	Rel [txnPathBytes]byte
 	_   [4]byte
+}
+
+// txnPlan is a txnApply's changes: what each direction becomes.
+type txnPlan struct {
+	Rel     string      `json:"rel,omitempty"`
+	Changes []txnChange `json:"changes"`
+}
+
+type txnChange struct {
+	Dir   Direction `json:"dir"`
+	Limit *Limit    `json:"limit,omitempty"` // nil: no limit
 }
 
 var txnSpec = ebpf.MapSpec{

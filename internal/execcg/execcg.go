@@ -1,9 +1,14 @@
 // Package execcg is `hbm exec`: a command run in a fresh cgroup with its own
 // limits, the cgroup and limits removed when it ends. Each run's group is
-// /hbm-exec/<pid>-<start time> (the hbm process' pid and its start time in
-// clock ticks, which together name one process for the machine's uptime),
-// so a later hbm can tell the groups of dead runs (hbm SIGKILLed) from live
-// ones and clean them up (Cleanup).
+// /hbm-exec/<pid>-<start time>[-<n>] (the hbm process' pid and start time in
+// clock ticks as it sees them, n when that name is taken: a pid seen from
+// another PID namespace names another process), and the running hbm holds
+// an exclusive flock on the group's directory for as long as the run lasts.
+// A later hbm tells the groups of dead runs (hbm SIGKILLed) from live ones
+// by that lock, which the kernel releases when the holder dies, whatever
+// namespace either runs in, and cleans them up (Cleanup). The parent
+// directory's lock (shared while a run creates and locks its group,
+// exclusive while Cleanup judges) closes the gap between mkdir and flock.
 package execcg
 
 import (
@@ -85,16 +90,119 @@ func groupName(pid int) (string, error) {
 	return fmt.Sprintf("%d-%d", pid, st), nil
 }
 
-// ownerAlive reports whether the hbm that made group name still runs.
-func ownerAlive(name string) bool {
-	pidS, stS, ok := strings.Cut(name, "-")
-	pid, err1 := strconv.Atoi(pidS)
-	st, err2 := strconv.ParseUint(stS, 10, 64)
-	if !ok || err1 != nil || err2 != nil || pid <= 0 {
-		return true // not one of ours: leave it
+// parseName reads a run group's name, <pid>-<start>[-<n>]; ok false: not
+// one of ours.
+func parseName(name string) (pid int, start uint64, ok bool) {
+	f := strings.Split(name, "-")
+	if len(f) != 2 && len(f) != 3 {
+		return 0, 0, false
 	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	if len(f) == 3 {
+		if _, err := strconv.ParseUint(f[2], 10, 32); err != nil {
+			return 0, 0, false
+		}
+	}
+	return pid, start, err1 == nil && err2 == nil && pid > 0
+}
+
+// lockedXattr marks a run whose hbm holds its group's flock: its lock alone
+// tells whether it is alive (not its pid, which may be another namespace's).
+const lockedXattr = "trusted.hbm.alive_by"
+
+// pidMatches reports whether the process the name names, as this process
+// sees pids, runs with that start time. An hbm before the flock (which
+// does not hold one) is alive only by this test; on its own it proves
+// nothing across PID namespaces (a pid there names another process here).
+func pidMatches(pid int, start uint64) bool {
 	cur, err := startTime(pid)
-	return err == nil && cur == st
+	return err == nil && cur == start
+}
+
+// lockTimeout bounds the wait for the parent directory's lock.
+const lockTimeout = 10 * time.Second
+
+// flockWait takes lock how on fd, waiting at most lockTimeout.
+func flockWait(fd int, how int, what string) error {
+	deadline := time.Now().Add(lockTimeout)
+	for {
+		err := unix.Flock(fd, how|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("lock %s: %w", what, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lock %s: held by another hbm for %v", what, lockTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// openDir opens a directory for a flock (close on exec: the command does
+// not inherit it, so the lock dies with hbm itself).
+func openDir(dir string) (int, error) {
+	return unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+}
+
+// createLocked makes the run's group, named after this process, and
+// returns it with the fd that holds its lock: the group exists only
+// locked, for Cleanup (which judges under the parent's exclusive lock).
+func createLocked() (cgroup.Group, int, error) {
+	base, err := groupName(os.Getpid())
+	if err != nil {
+		return cgroup.Group{}, -1, err
+	}
+	if _, err := cgroup.Create(Parent); err != nil {
+		return cgroup.Group{}, -1, err
+	}
+	mnt, err := cgroup.Mount()
+	if err != nil {
+		return cgroup.Group{}, -1, err
+	}
+	pfd, err := openDir(filepath.Join(mnt, Parent))
+	if err != nil {
+		return cgroup.Group{}, -1, fmt.Errorf("open %s: %w", Parent, err)
+	}
+	defer unix.Close(pfd) // releases the shared lock
+	if err := flockWait(pfd, unix.LOCK_SH, Parent); err != nil {
+		return cgroup.Group{}, -1, err
+	}
+	for n := 0; n < 1000; n++ {
+		name := base
+		if n > 0 {
+			name = fmt.Sprintf("%s-%d", base, n)
+		}
+		dir := filepath.Join(mnt, Parent, name)
+		if err := unix.Mkdir(dir, 0o755); errors.Is(err, unix.EEXIST) {
+			continue // another namespace's process of the same pid and start
+		} else if err != nil {
+			return cgroup.Group{}, -1, fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+		fd, err := openDir(dir)
+		if err == nil {
+			if err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				unix.Close(fd)
+			}
+		}
+		if err != nil {
+			unix.Rmdir(dir)
+			return cgroup.Group{}, -1, fmt.Errorf("lock cgroup %s: %w", dir, err)
+		}
+		g, err := cgroup.Resolve(filepath.Join(Parent, name))
+		if err == nil {
+			err = unix.Setxattr(dir, lockedXattr, []byte("flock"), 0)
+		}
+		if err != nil {
+			unix.Close(fd)
+			unix.Rmdir(dir)
+			return cgroup.Group{}, -1, err
+		}
+		return g, fd, nil
+	}
+	return cgroup.Group{}, -1, fmt.Errorf("create a cgroup under %s: %s-1..999 all taken", Parent, base)
 }
 
 // Run runs the command as opts says and returns how it ended. Signals hbm
@@ -115,14 +223,13 @@ func Run(opts Options) (Result, error) {
 		}
 		return Result{Code: ExitNotFound}, err
 	}
-	name, err := groupName(os.Getpid())
+	g, lockFD, err := createLocked()
 	if err != nil {
 		return Result{Code: ExitFailure}, err
 	}
-	g, err := cgroup.Create(filepath.Join(Parent, name))
-	if err != nil {
-		return Result{Code: ExitFailure}, err
-	}
+	// Held until the group is gone: the proof, for other hbm commands in
+	// any namespace, that this run is alive.
+	defer unix.Close(lockFD)
 	// The pin directory goes with the group, so that whichever hbm cleans
 	// up removes the limits where they were set.
 	if err := unix.Setxattr(g.Dir, pinDirXattr, []byte(opts.PinDir), 0); err != nil {
@@ -271,27 +378,66 @@ func remove(pinDir string, g cgroup.Group) error {
 const pinDirXattr = "trusted.hbm.pin_dir"
 
 // Cleanup removes the groups (and limits) of runs whose hbm is gone. It
-// returns the groups removed.
+// returns the groups removed. A run is gone only when its group's lock is
+// free (its hbm died: the kernel released it) and, for the groups of an
+// hbm before the lock, its pid no longer runs with its start time; a group
+// that cannot be locked or read is left alone. Only commands that change
+// limits call it: a command that reads (show, top) never kills anything.
 func Cleanup(pinDir string) ([]string, error) {
 	mnt, err := cgroup.Mount()
 	if err != nil {
 		return nil, err
 	}
 	parent := filepath.Join(mnt, Parent)
-	es, err := os.ReadDir(parent)
+	pfd, err := openDir(parent)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, unix.ENOENT) {
 			return nil, nil
 		}
+		return nil, fmt.Errorf("open %s: %w", parent, err)
+	}
+	// Exclusive: no run is between its mkdir and its flock while we judge.
+	if err := flockWait(pfd, unix.LOCK_EX, Parent); err != nil {
+		unix.Close(pfd)
 		return nil, err
 	}
-	var done []string
-	var errs []error
+	es, err := os.ReadDir(parent)
+	if err != nil {
+		unix.Close(pfd)
+		return nil, err
+	}
+	type dead struct {
+		name string
+		fd   int // holds the dead run's lock while it is removed
+	}
+	var gone []dead
 	for _, e := range es {
-		if !e.IsDir() || ownerAlive(e.Name()) {
+		pid, start, ok := parseName(e.Name())
+		if !e.IsDir() || !ok {
+			continue // not one of ours: leave it
+		}
+		fd, err := openDir(filepath.Join(parent, e.Name()))
+		if err != nil {
+			continue // removed meanwhile, or not ours to judge
+		}
+		// An hbm that marked its group holds its lock; an older one
+		// does not, and is alive while its pid runs.
+		byLock := false
+		if n, err := unix.Getxattr(filepath.Join(parent, e.Name()), lockedXattr, make([]byte, 16)); err == nil && n > 0 {
+			byLock = true
+		}
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil || !byLock && pidMatches(pid, start) {
+			unix.Close(fd) // its hbm holds the lock, or is alive by its pid
 			continue
 		}
-		g, err := cgroup.Resolve(filepath.Join(Parent, e.Name()))
+		gone = append(gone, dead{e.Name(), fd})
+	}
+	unix.Close(pfd)
+	var done []string
+	var errs []error
+	for _, d := range gone {
+		defer unix.Close(d.fd)
+		g, err := cgroup.Resolve(filepath.Join(Parent, d.name))
 		if err != nil {
 			continue // removed meanwhile
 		}

@@ -554,3 +554,116 @@ func TestAssistRestored(t *testing.T) {
 	}
 	l.checkSettled("after prune", []string{paced, unpaced})
 }
+
+// bothState is a group's two directions as the kernel and the pinned state
+// hold them after a kill and the next command: "both", "neither", or what
+// is wrong.
+func (l *kLab) bothState(g string, eRate, iRate uint64) string {
+	l.t.Helper()
+	id := l.id(g)
+	var ls []string
+	for _, n := range l.links() {
+		if strings.HasPrefix(n, fmt.Sprintf("%d-", id)) {
+			ls = append(ls, n)
+		}
+	}
+	if op := l.txnOp(); op != 0 {
+		return fmt.Sprintf("journal holds op %d", op)
+	}
+	var e *jsonout.Group
+	for _, s := range l.show() {
+		if s.CgroupID == id {
+			e = &s
+		}
+	}
+	egress := l.kernelCount(g, ebpf.AttachCGroupInetEgress, l.progIDs("hbm_egress"))
+	ingress := l.kernelCount(g, ebpf.AttachCGroupInetIngress, l.progIDs("hbm_ingress"))
+	pace := l.kernelCount(g, ebpf.AttachCGroupSockOps, l.progIDs("hbm_pace_ops"))
+	rxwin := l.kernelCount(g, ebpf.AttachCGroupSockOps, l.progIDs("hbm_rxwin_ops"))
+	switch {
+	case e == nil && len(ls) == 0 && egress+ingress+pace+rxwin == 0:
+		return "neither"
+	case e != nil && e.Egress != nil && e.Ingress != nil &&
+		e.Egress.RateBps == eRate && e.Ingress.RateBps == iRate && e.Egress.Enforced && e.Ingress.Enforced &&
+		len(ls) == 4 && egress == 1 && ingress == 1 && pace == 1 && rxwin == 1:
+		return "both"
+	}
+	desc := fmt.Sprintf("links %v, programs run: egress %d pace %d ingress %d rxwin %d", ls, egress, pace, ingress, rxwin)
+	if e != nil {
+		if e.Egress != nil {
+			desc += fmt.Sprintf(", egress limit %d enforced %v", e.Egress.RateBps, e.Egress.Enforced)
+		}
+		if e.Ingress != nil {
+			desc += fmt.Sprintf(", ingress limit %d enforced %v", e.Ingress.RateBps, e.Ingress.Enforced)
+		}
+	}
+	return desc
+}
+
+// killBoth kills `hbm set G --egress A --ingress B` at kill point n = 1, 2,
+// ... until it completes (at most maxPoints): after each kill the next
+// command that changes limits (prune) must leave both directions applied
+// or neither (issue 26: a multi-direction Apply is one transaction).
+func killBoth(t *testing.T, l *kLab, point string, maxPoints int, run func(n int, cmd []string) hbmResult) {
+	const eRate, iRate = 100e6, 200e6
+	l.reset()
+	g := l.mk("g")
+	cmd := []string{"set", g, "--egress", "100mbit", "--ingress", "200mbit"}
+	// Set and unset first, as setAgain: the programs are pinned, so the
+	// killed command's steps are the change's, not the programs' load
+	// (which a prune would redo, for seconds, after each kill).
+	l.must(cmd...)
+	l.must("unset", g)
+	for n := 1; n <= maxPoints; n++ {
+		r := run(n, cmd)
+		if !r.killed {
+			if r.code != 0 {
+				t.Fatalf("%v to be killed %s %d: exit %d: %s", cmd, point, n, r.code, r.errOut)
+			}
+			if s := l.bothState(g, eRate, iRate); s != "both" {
+				t.Errorf("%v completed: %s, want both directions applied", cmd, s)
+			}
+			t.Logf("%v: killed %s each of 1..%d", cmd, point, n-1)
+			return
+		}
+		if pr := l.run(nil, "prune"); pr.killed || pr.code != 0 {
+			t.Fatalf("%v killed %s %d, then prune: exit %d: %s", cmd, point, n, pr.code, pr.errOut)
+		}
+		s := l.bothState(g, eRate, iRate)
+		if s != "both" && s != "neither" {
+			t.Errorf("%v killed %s %d, then prune: %s; want both directions applied or neither", cmd, point, n, s)
+		}
+		if t.Failed() {
+			return
+		}
+		if s == "both" { // back to no limit for the next kill
+			l.must("unset", g)
+			if s := l.bothState(g, eRate, iRate); s != "neither" {
+				t.Fatalf("after unset: %s", s)
+			}
+		}
+	}
+	t.Fatalf("still killed %s %d", point, maxPoints)
+}
+
+// TestKillBothDirections: hbm set with --egress and --ingress killed after
+// each change step.
+func TestKillBothDirections(t *testing.T) {
+	l := newKLab(t, "kill-both")
+	killBoth(t, l, "after step", 40, func(n int, cmd []string) hbmResult {
+		return l.run([]string{fmt.Sprintf("HBM_TEST_STOP_AFTER=%d", n)}, cmd...)
+	})
+}
+
+// TestKillBothDirectionsAtBPFCall: the same, killed at each bpf() call.
+func TestKillBothDirectionsAtBPFCall(t *testing.T) {
+	l := newKLab(t, "killbpf-both")
+	killBoth(t, l, "at bpf() call", 300, func(n int, cmd []string) hbmResult {
+		env := append(os.Environ(), "HBM_PIN_DIR="+l.pinDir)
+		r, err := runKilledAtBPFCall(append([]string{l.bin}, cmd...), env, n)
+		if err != nil {
+			t.Fatalf("hbm %v killed at bpf() call %d: %v", cmd, n, err)
+		}
+		return r
+	})
+}
