@@ -263,3 +263,45 @@ func TestDaemonHandSetOnOwnedGroup(t *testing.T) {
 	l.writeConfig("limits: []\n")
 	l.expectRates("undeclared", map[string]uint64{a + " egress": 50e6}, 5*time.Second)
 }
+
+// TestDaemonGlobCap: a glob over a subtree others can write limits at most
+// max_groups groups, the oldest first; the rest are logged and counted, and
+// a limit elsewhere still applies.
+func TestDaemonGlobCap(t *testing.T) {
+	l := newGuardLab(t, "dmnglob")
+	var users []string
+	for i := range 3 {
+		rel, _ := l.mk(fmt.Sprintf("users/u%d", i))
+		users = append(users, rel)
+	}
+	other, _ := l.mk("other")
+	l.writeConfig("limits:\n  - glob: TOP/users/*\n    egress: 10mbit\n    max_groups: 3\n  - cgroup: TOP/other\n    egress: 20mbit\n")
+	port := freeLocalPort(t)
+	d := l.startHostDaemon(fmt.Sprintf("127.0.0.1:%d", port), 20*time.Second)
+	defer d.Kill(syscall.SIGTERM)
+	want := map[string]uint64{other + " egress": 20e6}
+	for _, u := range users {
+		want[u+" egress"] = 10e6
+	}
+	l.expectRates("within the cap", want, 5*time.Second)
+	// A user makes 20 more directories: none is limited, the first three
+	// keep theirs, and the other limit is untouched.
+	for i := 3; i < 23; i++ {
+		l.mk(fmt.Sprintf("users/u%d", i))
+	}
+	if !testutil.WaitFor(10*time.Second, func() bool {
+		return strings.Contains(d.Out.String(), "matches 23 groups, more than its max_groups 3: the 20 created last are not limited")
+	}) {
+		t.Errorf("no warning about the cap:\n%s", testutil.LastLines(d.Out.String(), 10))
+	}
+	l.expectRates("over the cap", want, 0)
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "hbm_daemon_glob_groups_over_cap 20") {
+		t.Errorf("metrics lack hbm_daemon_glob_groups_over_cap 20")
+	}
+}
