@@ -20,7 +20,7 @@ func newExecCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exec [--egress RATE] [--ingress RATE] -- CMD [ARGS...]",
 		Short: "Run a command in a fresh cgroup with its own limits",
-		Long: `Run CMD in a fresh cgroup (` + execcg.Parent + `/<pid>-<start>) limited as the flags say,
+		Long: `Run CMD in a fresh cgroup (` + execcg.Parent + `/<pid>-<start>[-<n>]) limited as the flags say,
 and remove the cgroup and its limits when CMD ends. hbm exits with CMD's exit
 status, or is killed by the signal that killed it (128+N for signals hbm
 cannot re-raise). Signals hbm receives are passed to CMD (SIGINT and SIGQUIT

@@ -180,9 +180,7 @@ func CheckGroup(g cgroup.Group) error {
 // of a direction that has no limit is ErrNotFound, checked before anything
 // changes.
 func (m *Manager) Apply(g cgroup.Group, changes []Change) error {
-	if err := CheckGroup(g); err != nil {
-		return err
-	}
+	sets := slices.ContainsFunc(changes, func(c Change) bool { return c.Limit != nil })
 	if g.Dir != "" {
 		// Resolved before the lock was taken (up to 10 s ago): the path
 		// may name another group by now. A limit is refused; a removal
@@ -193,13 +191,19 @@ func (m *Manager) Apply(g cgroup.Group, changes []Change) error {
 		if err == nil {
 			f.Close()
 		}
-		sets := slices.ContainsFunc(changes, func(c Change) bool { return c.Limit != nil })
 		switch {
 		case errors.Is(err, ErrReplaced) && !sets:
 			g.Dir = ""
 		case err != nil:
 			return err
 		}
+	}
+	check := CheckDepth // a removal needs no level: no limit was set deeper
+	if sets {
+		check = CheckGroup
+	}
+	if err := check(g); err != nil {
+		return err
 	}
 	before := map[Direction]*Limit{}
 	for _, c := range changes {
