@@ -48,14 +48,17 @@ NODE_ENV = HBM_K8S_KUBELET=$$(./scripts/k8s-bins.sh --node | sed -n 3p) HBM_K8S_
 K8S_ENV = HBM_K8S_APISERVER=$$(./scripts/k8s-bins.sh | sed -n 1p) HBM_K8S_ETCD=$$(./scripts/k8s-bins.sh | sed -n 2p)
 
 ## test: everything CI runs (unit tests under the race detector, then every
-## test: unit, BPF decision and namespace integration tests, and the
-## Kubernetes end-to-end test against a real API server).
+## test: unit, BPF decision and namespace integration tests, the
+## Kubernetes end-to-end test against a real API server, and the real node
+## of test-node: kubelet, containerd, the DaemonSet as shipped).
 test: deps
+	@./scripts/deps.sh --node
 	$(MAKE) build
 	$(MAKE) k8s-bins
+	$(MAKE) node-bins
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -short -timeout 20m ./...
-	$(K8S_ENV) HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 40m ./...
+	$(K8S_ENV) $(NODE_ENV) HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -p 1 -timeout 50m ./...
 
 ## test-k8s: the Kubernetes end-to-end test alone (a real etcd and
 ## kube-apiserver, pods' cgroups, real traffic; root).
