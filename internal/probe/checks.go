@@ -427,13 +427,20 @@ func checkSpinLock() (string, string, error) {
 	return "hash map value with bpf_spin_lock, taken by a cgroup_skb program", "", nil
 }
 
-func checkPerCPU() (string, string, error) {
-	for _, mt := range []ebpf.MapType{ebpf.PerCPUHash, ebpf.PerCPUArray} {
-		if err := features.HaveMapType(mt); err != nil {
-			return "", "", fmt.Errorf("%s: %w", mt, err)
-		}
+// checkCgroupLevel reads the cgroup mount's root level with the BPF cgroup
+// iterator `hbm set` uses to check a group's depth from the real root (no
+// per-CPU maps are used any more: the check they had is gone).
+func checkCgroupLevel() (string, string, error) {
+	const hint = "hbm set reads a group's level with a BPF cgroup iterator: Linux >= 6.1"
+	g, err := cgroup.Resolve("/")
+	if err != nil {
+		return "", "", err
 	}
-	return "PerCPUHash, PerCPUArray", "", nil
+	lvl, err := cgroup.Level(g)
+	if err != nil {
+		return "", hint, err
+	}
+	return fmt.Sprintf("the cgroup mount's root is at level %d", lvl), "", nil
 }
 
 func checkCgroupLink() (string, string, error) {

@@ -66,7 +66,7 @@ func Checks() []Check {
 		{"egress_cn", "egress congestion return", Required, checkEgressCongestion},
 		{"helpers", "cgroup_skb helpers", Required, checkHelpers},
 		{"spin_lock", "bpf_spin_lock in hash map", Required, checkSpinLock},
-		{"percpu_hash", "per-CPU maps", Required, checkPerCPU},
+		{"cgroup_level", "cgroup iterator (levels)", Required, checkCgroupLevel},
 		{"cgroup_link", "cgroup BPF links", Required, checkCgroupLink},
 		{"struct_ops", "struct_ops TCP CC", Optional, checkStructOps},
 		{"bpf_stats", "bpf_stats_enabled", Optional, checkBPFStats},
