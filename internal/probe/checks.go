@@ -54,11 +54,7 @@ const (
 
 func checkPrivileges() (string, string, error) {
 	const hint = "run hbm as root (or with CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN)"
-	status, err := os.ReadFile(procSelfStatus)
-	if err != nil {
-		return "", hint, err
-	}
-	eff, err := parseCapEff(string(status))
+	eff, err := effectiveCaps()
 	if err != nil {
 		return "", hint, err
 	}
@@ -81,11 +77,7 @@ func checkPrivileges() (string, string, error) {
 // hbm runs with every capability they hold and as their uid.
 func checkSysPtrace() (string, string, error) {
 	const hint = "add CAP_SYS_PTRACE (deploy/systemd/hbm.service, deploy/kubernetes/daemonset.yaml ship it): without it set and unset warn that they did not reach connections in other network namespaces"
-	status, err := os.ReadFile(procSelfStatus)
-	if err != nil {
-		return "", hint, err
-	}
-	eff, err := parseCapEff(string(status))
+	eff, err := effectiveCaps()
 	if err != nil {
 		return "", hint, err
 	}
@@ -93,6 +85,15 @@ func checkSysPtrace() (string, string, error) {
 		return "", hint, errors.New("missing CAP_SYS_PTRACE")
 	}
 	return "CAP_SYS_PTRACE: the socket walker can enter other processes' network namespaces", "", nil
+}
+
+// effectiveCaps is this process's effective capability set.
+func effectiveCaps() (uint64, error) {
+	status, err := os.ReadFile(procSelfStatus)
+	if err != nil {
+		return 0, err
+	}
+	return parseCapEff(string(status))
 }
 
 // parseCapEff reads the effective capability set from /proc/<pid>/status.
