@@ -14,16 +14,15 @@
  * How: the kernel asks the listener's sockops programs for a request's SYN
  * timeout (BPF_SOCK_OPS_TIMEOUT_INIT) just before its first SYN-ACK. If a
  * limited group on the listener's path stands above its drop-large
- * threshold, gate_timeout
- * answers with the time the excess takes to drain (at least GATE_MIN_NS,
- * in jiffies), and the egress program refuses that first SYN-ACK
- * (police_level, v->gate); the request's timer sends it again after the
- * wait. Only the first send is ever refused: the kernel drops a request
- * whose timer-driven retransmission fails (reqsk_timer_handler), and the
- * client's own SYN timer is a second. The request's timer backs off from
- * the short timeout (x2 each time) and it expires after 63 timeouts: a
- * client further than 63 x the wait (>= 252 ms) cannot complete a handshake
- * gated this way (docs/design.md).
+ * threshold, gate_timeout answers with the time the excess takes to drain
+ * (in jiffies, at least GATE_MIN_NS and a 15th of the client's RTT), and
+ * the egress program refuses that first SYN-ACK (police_level, v->gate);
+ * the request's timer sends it again after the wait. Only the first send
+ * is ever refused: the kernel drops a request whose timer-driven
+ * retransmission fails (reqsk_timer_handler), and the client's own SYN
+ * timer is a second. The request's timer backs off from the short timeout
+ * (x2 each time) and it expires after 63 timeouts, hence the RTT's part in
+ * the wait (docs/design.md, "The handshake gate").
  *
  * The timeout callback runs for a request socket, which names no cgroup:
  * the listener's limited groups are learnt from its SYN-ACKs, keyed by
@@ -101,8 +100,8 @@ static __always_inline __u64 jiffy_ns(__u64 now)
  * between the two is a burst the group may take, and what keeps the rate
  * is that the backlog stays bounded (below the clamp that would forget
  * it), not that it stays low; gating at the mark held a third of 8
- * clients' connections for a few ms each and lengthened their tail. Unlocked: one aligned
- * 64-bit read. */
+ * clients' connections for a few ms each and lengthened their tail.
+ * Unlocked: one aligned 64-bit read. */
 static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
 {
 	struct hbm_key key = { .cgroup_id = id, .dir = HBM_DIR_EGRESS };

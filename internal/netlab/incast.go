@@ -247,6 +247,11 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 	}
 	select {
 	case a := <-rxW:
+		// The window's end is read by a timer about when the clients
+		// stop: wait for it (bounded) rather than report no rate when
+		// the clients ended a little earlier (a red CI: rx 0.000).
+		endWait := time.NewTimer(5 * time.Second)
+		defer endWait.Stop()
 		select {
 		case b := <-rxE:
 			if secs := b.cpu.At.Sub(a.cpu.At).Seconds(); secs > 0 {
@@ -257,7 +262,7 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 			}
 			r.CPU = b.cpu.Since(a.cpu)
 			r.Softnet = b.softnet.Since(a.softnet)
-		default:
+		case <-endWait.C:
 		}
 	default:
 	}

@@ -130,7 +130,9 @@ func TestManifests(t *testing.T) {
 		ctr := cs[0].(map[string]any)
 		add, _, _ := unstructured.NestedStringSlice(ctr, "securityContext", "capabilities", "add")
 		drop, _, _ := unstructured.NestedStringSlice(ctr, "securityContext", "capabilities", "drop")
-		if strings.Join(add, ",") != "BPF,NET_ADMIN,SYS_ADMIN" || strings.Join(drop, ",") != "ALL" {
+		// SYS_PTRACE: the socket walker's way into other pods' network
+		// namespaces (/proc/PID/ns/net; docs/design.md).
+		if strings.Join(add, ",") != "BPF,NET_ADMIN,SYS_ADMIN,SYS_PTRACE" || strings.Join(drop, ",") != "ALL" {
 			t.Errorf("DaemonSet capabilities add %v drop %v", add, drop)
 		}
 		if p, _, _ := unstructured.NestedBool(ctr, "securityContext", "privileged"); p {
