@@ -147,6 +147,22 @@ static __always_inline void gate_peer_note(struct bpf_sock_ops *skops)
 	bpf_map_update_elem(&hbm_peer_map, &k, &srtt_us, BPF_ANY);
 }
 
+/* gate_least_ns is the least wait for the request's client: GATE_MIN_NS,
+ * and a 15th of its RTT as earlier connections measured it (unknown:
+ * GATE_UNKNOWN_NS). Above GATE_MAX_NS the client is too far to gate. */
+static __always_inline __s64 gate_least_ns(struct bpf_sock_ops *skops)
+{
+	struct hbm_peer_key k = {};
+	__s64 least = GATE_UNKNOWN_NS;
+	__u32 *rtt_us;
+
+	peer_key(skops, &k);
+	rtt_us = bpf_map_lookup_elem(&hbm_peer_map, &k);
+	if (rtt_us)
+		least = (__s64)*rtt_us * 1000 / GATE_RTT_DIV;
+	return least < (__s64)GATE_MIN_NS ? (__s64)GATE_MIN_NS : least;
+}
+
 /* gate_timeout answers BPF_SOCK_OPS_TIMEOUT_INIT for a request to a
  * listener whose groups are over: the wait, in jiffies. Otherwise it leaves
  * the kernel's timeout. */
@@ -155,7 +171,7 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 	struct hbm_listen_key k = {};
 	struct hbm_listen *l;
 	__u64 now = bpf_ktime_get_ns(), j;
-	__s64 wait = 0, e;
+	__s64 wait = 0, e, least;
 	int i;
 
 	if (skops->is_fullsock)
@@ -177,22 +193,11 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 	}
 	if (wait <= 0)
 		return 1;
-	{
-		struct hbm_peer_key pk = {};
-		__u32 *rtt_us;
-		__s64 least = GATE_UNKNOWN_NS;
-
-		peer_key(skops, &pk);
-		rtt_us = bpf_map_lookup_elem(&hbm_peer_map, &pk);
-		if (rtt_us)
-			least = (__s64)*rtt_us * 1000 / GATE_RTT_DIV;
-		if (least > (__s64)GATE_MAX_NS)
-			return 1; /* too far to gate */
-		if (least < (__s64)GATE_MIN_NS)
-			least = GATE_MIN_NS;
-		if (wait < least)
-			wait = least;
-	}
+	least = gate_least_ns(skops);
+	if (least > (__s64)GATE_MAX_NS)
+		return 1; /* too far to gate */
+	if (wait < least)
+		wait = least;
 	if (wait > (__s64)GATE_MAX_NS)
 		wait = GATE_MAX_NS;
 	skops->reply = ((__u64)wait + j - 1) / j;
