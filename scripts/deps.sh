@@ -24,6 +24,10 @@ command -v prometheus >/dev/null && command -v promtool >/dev/null || need+=(pro
 [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v wrk >/dev/null || need+=(wrk)
 command -v ab >/dev/null || need+=(apache2-utils) # ab: HTTP latency with the connect included
+# The incast benchmarks with other people's tools (TestIngressIncastTools,
+# TestIngressIncastSweep).
+command -v iperf3 >/dev/null || need+=(iperf3)
+command -v sockperf >/dev/null || need+=(sockperf)
 if $node; then
 	command -v runc >/dev/null || need+=(runc)
 	[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)

@@ -103,9 +103,13 @@ func ccECN(ccName string) bool {
 func (l *inLab) ccSetup(t *testing.T, ccName string) string {
 	t.Helper()
 	cc, _ := strings.CutSuffix(ccName, "+ecn")
-	ecn, rcc := ccECN(ccName), ""
+	// Every host's routes name cc, so that tools which pick none (iperf3,
+	// sockperf) run cc and not the machine's default, which a namespace
+	// inherits (bbr on the test machines: the tools benchmark once measured
+	// bbr under the name cubic). Routes, not the namespace's default: a
+	// namespace other than the first may only pick an allowed one.
+	ecn, rcc := ccECN(ccName), cc
 	if cc == "dctcp" {
-		rcc = "dctcp"
 		if !ccHas("dctcp") {
 			out, err := exec.Command(l.bin, "cc", "install", "dctcp").CombinedOutput()
 			if err != nil || !ccHas("dctcp") {
@@ -185,6 +189,10 @@ func pinnedIncast(t *testing.T, opts netlab.IncastOptions) (_ netlab.IncastOptio
 		testutil.Missing(t, "a second CPU (the receiver's)", errors.New("this process may use one CPU"))
 	}
 	opts.ReceiverCPUs, opts.OtherCPUs = rcv, others
+	if os.Getenv("HBM_INCAST_OTHERS") == "all" {
+		// The receiver's CPU is its own, the others' are every CPU.
+		opts.OtherCPUs = append(slices.Clone(others), rcv...)
+	}
 	return opts, false
 }
 
