@@ -40,7 +40,11 @@ import (
 // HBM_INCAST_TOOLS=1 runs it, HBM_INCAST_RUNS=3 for medians of 3,
 // HBM_INCAST_CCS to pick the congestion controls, HBM_INCAST_ARGS to add
 // `hbm set` flags and HBM_TOOLS_IPERF_ARGS iperf3 client flags (e.g. "-P 1",
-// "-b 150M": experiments).
+// "-b 150M": experiments); HBM_INCAST_BUFFER (bytes) and HBM_TOOLS_MSG
+// (bytes) change the port's buffer and sockperf's message. Diagnosis:
+// HBM_INCAST_OTHERS=all lets the senders use the receiver's CPU too,
+// HBM_TOOLS_SOCKPERF_NICE runs sockperf at that nice level, HBM_TOOLS_SS=1
+// logs `ss -tin` of the ping-pong sockets near each run's end.
 func TestIngressIncastTools(t *testing.T) {
 	if os.Getenv("HBM_INCAST_TOOLS") == "" {
 		t.Skip("a benchmark: HBM_INCAST_TOOLS=1 runs it (needs iperf3 and sockperf)")

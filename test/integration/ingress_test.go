@@ -97,7 +97,7 @@ func ccECN(ccName string) bool {
 }
 
 // ccSetup prepares every host for cc ("cubic+ecn", "dctcp", ...): ECN, and
-// for dctcp the receiver's route congctl. It skips the (sub)test when dctcp
+// the receiver's route congctl (the tools tests set the senders' too). It skips the (sub)test when dctcp
 // is neither registered nor installable with `hbm cc install`; HBM's dctcp
 // installed here is removed at cleanup, one found installed is left alone.
 func (l *inLab) ccSetup(t *testing.T, ccName string) string {
