@@ -4,7 +4,6 @@ package integration
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -248,7 +247,6 @@ var (
 // sender; the port's drops are counted over the ping-pong's window.
 func runTools(t *testing.T, l *inLab, cfg toolsCfg) toolRun {
 	t.Helper()
-	iperfPort, sockperfPort := toolsIperfPort, toolsSockperfPort
 	addr := l.in.ReceiverIP.String()
 	type proc struct {
 		p   *netlab.Proc
@@ -266,7 +264,7 @@ func runTools(t *testing.T, l *inLab, cfg toolsCfg) toolRun {
 	}
 	var iperfs, pings []proc
 	for i, s := range l.in.Senders {
-		iperfs = append(iperfs, start(s, "iperf3", append([]string{"-c", addr, "-p", strconv.Itoa(iperfPort + i), "-P", strconv.Itoa(cfg.streams), "-t", "10", "-O", "2", "--json"}, strings.Fields(os.Getenv("HBM_TOOLS_IPERF_ARGS"))...)...))
+		iperfs = append(iperfs, start(s, "iperf3", append([]string{"-c", addr, "-p", strconv.Itoa(toolsIperfPort + i), "-P", strconv.Itoa(cfg.streams), "-t", "10", "-O", "2", "--json"}, strings.Fields(os.Getenv("HBM_TOOLS_IPERF_ARGS"))...)...))
 	}
 	time.Sleep(2 * time.Second)
 	drops0, err := l.in.BottleneckDrops()
@@ -276,16 +274,24 @@ func runTools(t *testing.T, l *inLab, cfg toolsCfg) toolRun {
 	ing0, _ := l.hbm.Ingress(l.group) // nil without a limit
 	snd0, rcv0, soft0 := netstats(t, l, l.in.Senders...), netstats(t, l, netlab.Receiver), netlab.ReadSoftnet()
 	for i, s := range l.in.Senders {
-		pings = append(pings, start(s, "sockperf", "ping-pong", "--tcp", "-i", addr, "-p", strconv.Itoa(sockperfPort+i), "-m", strconv.Itoa(cfg.msg), "-t", "6", "--full-rtt"))
+		pings = append(pings, start(s, "sockperf", "ping-pong", "--tcp", "-i", addr, "-p", strconv.Itoa(toolsSockperfPort+i), "-m", strconv.Itoa(cfg.msg), "-t", "6", "--full-rtt"))
 	}
-	if os.Getenv("HBM_TOOLS_SS") != "" {
+	// ssDone is closed when the diagnosis below has logged (at once
+	// without it): runTools waits for it, even on failure, so nothing
+	// logs after the test.
+	ssDone := make(chan struct{})
+	defer func() { <-ssDone }()
+	if os.Getenv("HBM_TOOLS_SS") == "" {
+		close(ssDone)
+	} else {
 		// Diagnosis: the ping-pong sockets' TCP state, both ends, near
 		// the end of the run.
 		go func() {
+			defer close(ssDone)
 			time.Sleep(5 * time.Second)
 			for i, s := range l.in.Senders {
 				for _, h := range []string{s, netlab.Receiver} {
-					p := l.in.Command(h, "", "ss", "-tinH", fmt.Sprintf("( dport = :%d or sport = :%d )", sockperfPort+i, sockperfPort+i))
+					p := l.in.Command(h, "", "ss", "-tinH", fmt.Sprintf("( dport = :%d or sport = :%d )", toolsSockperfPort+i, toolsSockperfPort+i))
 					var out netlab.Buffer
 					p.Cmd.Stdout = &out
 					if p.Start() == nil && p.WaitTimeout(5*time.Second) == nil {
@@ -385,11 +391,7 @@ func TestIngressIncastSweep(t *testing.T) {
 		t.Run(placement, func(t *testing.T) {
 			opts := netlab.IncastOptions{Senders: 4, Rate: 2_000_000_000, Buffer: 128 << 10}
 			if placement == "pinned" {
-				rcv, others, ok := netlab.SplitCPUs()
-				if !ok {
-					testutil.Missing(t, "a second CPU (the receiver's)", errors.New("this process may use one CPU"))
-				}
-				opts.ReceiverCPUs, opts.OtherCPUs = rcv, others
+				opts = ownReceiverCPU(t, opts)
 			}
 			var l *inLab
 			for _, buffer := range []int{128 << 10, 1 << 20} {

@@ -184,6 +184,14 @@ func pinnedIncast(t *testing.T, opts netlab.IncastOptions) (_ netlab.IncastOptio
 	if os.Getenv("HBM_INCAST_SHARED") != "" {
 		return opts, true
 	}
+	return ownReceiverCPU(t, opts), false
+}
+
+// ownReceiverCPU puts opts' receiver on a CPU of its own and the senders
+// and the switch on another (HBM_INCAST_OTHERS=all: on every CPU). A
+// machine with one CPU is a missing capability.
+func ownReceiverCPU(t *testing.T, opts netlab.IncastOptions) netlab.IncastOptions {
+	t.Helper()
 	rcv, others, ok := netlab.SplitCPUs()
 	if !ok {
 		testutil.Missing(t, "a second CPU (the receiver's)", errors.New("this process may use one CPU"))
@@ -193,7 +201,7 @@ func pinnedIncast(t *testing.T, opts netlab.IncastOptions) (_ netlab.IncastOptio
 		// The receiver's CPU is its own, the others' are every CPU.
 		opts.OtherCPUs = append(slices.Clone(others), rcv...)
 	}
-	return opts, false
+	return opts
 }
 
 // nonECNTail is how much longer the worst sender's 10 KB P99 of senders
