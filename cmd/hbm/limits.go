@@ -260,6 +260,7 @@ congestion codes returned to TCP (cwr), packets and bytes dropped.`,
 			}
 			if m != nil {
 				defer m.Close()
+				warn(m)
 				if entries, err = m.List(); err != nil {
 					return err
 				}
