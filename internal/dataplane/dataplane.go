@@ -146,9 +146,16 @@ func (m *Manager) Close() error {
 // its Nth change step, for the kill tests.
 const stopAfterEnv = "HBM_TEST_STOP_AFTER"
 
+// stepsEnv names the test-only variable that makes hbm print each change
+// step, for the kill tests to choose where to kill.
+const stepsEnv = "HBM_TEST_STEPS"
+
 // step marks the end of one change step.
 func (m *Manager) step(what string) {
 	m.steps++
+	if os.Getenv(stepsEnv) != "" {
+		fmt.Fprintf(os.Stderr, "hbm: %s: step %d: %s\n", stepsEnv, m.steps, what)
+	}
 	if n, err := strconv.Atoi(os.Getenv(stopAfterEnv)); err == nil && n == m.steps {
 		fmt.Fprintf(os.Stderr, "hbm: %s=%d: killed after step %d (%s)\n", stopAfterEnv, n, n, what)
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
