@@ -403,9 +403,21 @@ func (m *Manager) finishUpgrade() error {
 	}
 	// 4. The sockets' assist state.
 	kents, _ := os.ReadDir(filepath.Join(up, "keep"))
+	var nets, unreached []string
 	for _, e := range kents {
-		if err := m.carrySockets(filepath.Join(up, "old", e.Name()), filepath.Join(up, "keep", e.Name())); err != nil {
+		if nets == nil {
+			nets, unreached = everyNetns()
+		}
+		carried, err := m.carrySockets(filepath.Join(up, "old", e.Name()), filepath.Join(up, "keep", e.Name()), nets)
+		if err != nil {
 			return err
+		}
+		if !carried {
+			continue
+		}
+		if len(unreached) > 0 {
+			m.warn("the sockets' assist state was not carried in every network namespace: %v: the pacing caps and window clamps the earlier build's assists set on sockets there stay after unset", unreachedError(unreached))
+			unreached = nil
 		}
 	}
 	// 5. The programs under progs/, the old ones and upgrade/ gone.
@@ -498,56 +510,58 @@ func (m *Manager) switchLinks(roles map[string]*ebpf.Program) (int, error) {
 // the old assist set, which the new assist and walker lift only if they
 // know it is theirs. Sockets are found by a TCP iterator in every network
 // namespace hbm can enter.
-func (m *Manager) carrySockets(oldPath, newPath string) error {
+func (m *Manager) carrySockets(oldPath, newPath string, nets []string) (bool, error) {
 	old, err := ebpf.LoadPinnedMap(oldPath, nil)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer old.Close()
 	nw, err := ebpf.LoadPinnedMap(newPath, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer nw.Close()
 	if old.Type() != ebpf.SkStorage || nw.Type() != ebpf.SkStorage {
-		return nil
+		return false, nil
 	}
 	oi, err1 := old.Info()
 	ni, err2 := nw.Info()
 	if err1 != nil || err2 != nil {
-		return errors.Join(err1, err2)
+		return false, errors.Join(err1, err2)
 	}
-	if oid, _ := oi.ID(); func() bool { nid, _ := ni.ID(); return oid == nid }() {
-		return nil // the same map: nothing to carry
+	oid, _ := oi.ID()
+	nid, _ := ni.ID()
+	if oid == nid {
+		return false, nil // the same map: nothing to carry
 	}
 	_, ov, err := mapBTF(old)
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, nv, err := mapBTF(nw)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if ov == nil || nv == nil {
-		m.warn("%s: no BTF to carry the sockets' assist state by: pacing caps and window clamps the old assists set stay on their sockets", filepath.Base(newPath))
-		return nil
+		m.warn("%s: no BTF to carry the sockets' assist state by: pacing caps and window clamps the earlier build's assists set stay on their sockets", filepath.Base(newPath))
+		return false, nil
 	}
 	prog, err := mergeProgram(old, nw, copyPlan(ov, nv))
 	if err != nil {
-		return fmt.Errorf("carry the sockets' assist state (%s): %w", filepath.Base(newPath), err)
+		return false, fmt.Errorf("carry the sockets' assist state (%s): %w", filepath.Base(newPath), err)
 	}
 	defer prog.Close()
 	it, err := link.AttachIter(link.IterOptions{Program: prog})
 	if err != nil {
-		return fmt.Errorf("carry the sockets' assist state: attach iterator: %w", err)
+		return false, fmt.Errorf("carry the sockets' assist state: attach iterator: %w", err)
 	}
 	defer it.Close()
-	paths, unreached := everyNetns()
+	var unreached []string
 	var n int64
-	for _, ns := range paths {
+	for _, ns := range nets {
 		err := inNetns(ns, func() error {
 			r, err := it.Open()
 			if err != nil {
@@ -563,10 +577,10 @@ func (m *Manager) carrySockets(oldPath, newPath string) error {
 		}
 	}
 	if len(unreached) > 0 {
-		m.warn("%s: %v: the pacing caps and window clamps the old assists set on sockets there may stay after unset", filepath.Base(newPath), unreachedError(unreached))
+		m.warn("%s: the sockets' assist state not carried in %v: the pacing caps and window clamps the earlier build's assists set on sockets there stay after unset", filepath.Base(newPath), unreachedError(unreached))
 	}
 	m.step(fmt.Sprintf("carried %s of %d sockets", filepath.Base(newPath), n))
-	return nil
+	return true, nil
 }
 
 // mergeProgram builds the iterator that carries one socket's storage from
