@@ -598,6 +598,11 @@ func (m *Manager) repair() error {
 	if err != nil {
 		return err
 	}
+	if e.Op > txnApply {
+		// A newer build's change (this one rolled back to): replaying it
+		// as something else could remove a limit.
+		return fmt.Errorf("the journal holds operation %d of cgroup id %d, which this hbm build does not know (a newer build's): run that build, or give it up with `hbm repair --abandon`", e.Op, e.ID)
+	}
 	g, err := m.journaledGroup(e.ID, rel)
 	if err != nil {
 		return err
