@@ -772,26 +772,22 @@ func (m *Manager) eachLimit() limitIter {
 // lookupConfig and lookupQueue read a limit's configuration and queue: the
 // maps', or the snapshot's.
 func (m *Manager) lookupConfig(k hbmHbmKey, c *hbmHbmConfig) error {
-	if m.st.snap == nil {
-		return m.st.limits.Lookup(&k, c)
-	}
-	v, ok := m.st.snap.limits[k]
-	if !ok {
-		return ebpf.ErrKeyNotExist
-	}
-	*c = v
-	return nil
+	return lookupIn(m.st.limits, m.st.snap != nil, func() map[hbmHbmKey]hbmHbmConfig { return m.st.snap.limits }, k, c)
 }
 
 func (m *Manager) lookupQueue(k hbmHbmKey, q *hbmHbmQueue) error {
-	if m.st.snap == nil {
-		return m.st.queues.Lookup(&k, q)
+	return lookupIn(m.st.queues, m.st.snap != nil, func() map[hbmHbmKey]hbmHbmQueue { return m.st.snap.queues }, k, q)
+}
+
+func lookupIn[V any](mp *ebpf.Map, snapped bool, snap func() map[hbmHbmKey]V, k hbmHbmKey, v *V) error {
+	if !snapped {
+		return mp.Lookup(&k, v)
 	}
-	v, ok := m.st.snap.queues[k]
+	got, ok := snap()[k]
 	if !ok {
 		return ebpf.ErrKeyNotExist
 	}
-	*q = v
+	*v = got
 	return nil
 }
 

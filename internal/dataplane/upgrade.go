@@ -596,20 +596,23 @@ func mergeProgram(old, nw *ebpf.Map, ops []copyOp) (*ebpf.Program, error) {
 		asm.FnSkcToTcpSock.Call(),
 		asm.JEq.Imm(asm.R0, 0, "out"),
 		asm.Mov.Reg(asm.R7, asm.R0),
-		asm.LoadMapPtr(asm.R1, old.FD()),
-		asm.Mov.Reg(asm.R2, asm.R7),
-		asm.Mov.Imm(asm.R3, 0),
-		asm.Mov.Imm(asm.R4, 0),
-		asm.FnSkStorageGet.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R8, asm.R0),
-		asm.LoadMapPtr(asm.R1, nw.FD()),
-		asm.Mov.Reg(asm.R2, asm.R7),
-		asm.Mov.Imm(asm.R3, 0),
-		asm.Mov.Imm(asm.R4, 1), // BPF_SK_STORAGE_GET_F_CREATE
-		asm.FnSkStorageGet.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R9, asm.R0),
+	}
+	// R8: the socket's old storage (none: nothing to carry); R9: its new
+	// storage, made if need be (BPF_SK_STORAGE_GET_F_CREATE).
+	for _, g := range []struct {
+		m      *ebpf.Map
+		create int32
+		dst    asm.Register
+	}{{old, 0, asm.R8}, {nw, 1, asm.R9}} {
+		insns = append(insns,
+			asm.LoadMapPtr(asm.R1, g.m.FD()),
+			asm.Mov.Reg(asm.R2, asm.R7),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.Mov.Imm(asm.R4, g.create),
+			asm.FnSkStorageGet.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.Mov.Reg(g.dst, asm.R0),
+		)
 	}
 	var chunks []copyOp
 	for _, op := range ops {

@@ -30,7 +30,6 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/netlab/labtest"
@@ -105,91 +104,19 @@ func oldHBM(t *testing.T) string {
 	return oldBin
 }
 
-// upLab is an upgrade test's world: the old and this build's hbm on one
-// private pin directory, and a cgroup tree; both removed at the start and
-// at cleanup (removing the pins detaches the links).
+// upLab is an upgrade test's world: a kill test's (a private pin
+// directory and cgroup tree, removed at the start and at cleanup; removing
+// the pins detaches the links) with the earlier build's hbm beside this
+// one's.
 type upLab struct {
-	t        *testing.T
-	old, bin string
-	pinDir   string
-	top      string // cgroup tree, relative to the mount
-	mnt      string
+	*kLab
+	old string
 }
 
 func newUpLab(t *testing.T, name string) *upLab {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: integration test (root, BPF, cgroups)")
-	}
-	testutil.RequireRoot(t)
-	mnt, err := cgroup.Mount()
-	if err != nil {
-		testutil.Missing(t, "cgroup2", err)
-	}
-	l := &upLab{t: t, old: oldHBM(t), bin: testutil.HBMBinary(t),
-		pinDir: "/sys/fs/bpf/hbm-upgrade-test-" + name, top: "/hbm-upg-" + name, mnt: mnt}
-	l.reset()
-	t.Cleanup(l.reset)
-	return l
-}
-
-func (l *upLab) reset() {
-	if err := os.RemoveAll(l.pinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		l.t.Errorf("remove %s: %v", l.pinDir, err)
-	}
-	if err := cgroup.RemoveWait(l.top, 50, 100*time.Millisecond); err != nil {
-		l.t.Errorf("remove cgroup %s: %v", l.top, err)
-	}
-}
-
-// mk creates group rel under the test's tree: its path and directory.
-func (l *upLab) mk(rel string) (string, string) {
-	l.t.Helper()
-	g, err := cgroup.Create(filepath.Join(l.top, rel))
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	return g.Rel, g.Dir
-}
-
-// run runs bin (l.old or l.bin) on the test's pin directory, bounded to
-// 60 s, with extra environment.
-func (l *upLab) run(env []string, bin string, args ...string) hbmResult {
-	l.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(append(os.Environ(), "HBM_PIN_DIR="+l.pinDir), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = time.Second
-	err := cmd.Run()
-	r := hbmResult{out: stdout.String(), errOut: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-			r.killed = true
-		}
-	default:
-		l.t.Fatalf("%s %v: %v", bin, args, err)
-	}
-	if ctx.Err() != nil {
-		l.t.Fatalf("%s %v: timed out: %s", bin, args, r.errOut)
-	}
-	return r
-}
-
-func (l *upLab) must(bin string, args ...string) hbmResult {
-	l.t.Helper()
-	r := l.run(nil, bin, args...)
-	if r.killed || r.code != 0 {
-		l.t.Fatalf("%s %s: exit %d: %s", filepath.Base(filepath.Dir(bin))+"/hbm", strings.Join(args, " "), r.code, r.errOut)
-	}
-	return r
+	l := newKLabAt(t, "/sys/fs/bpf/hbm-upgrade-test-"+name, "/hbm-upg-"+name)
+	return &upLab{kLab: l, old: oldHBM(t)}
 }
 
 // limitMapsServing returns, for group rel and direction d (0 egress, 1
@@ -267,7 +194,7 @@ func (l *upLab) checkEnforced(when string, groups map[string][]uint32) {
 // directory, one build's programs.
 func (l *upLab) checkUpgraded(when string, want map[string]uint64) {
 	l.t.Helper()
-	r := l.must(l.bin, "show", "--json")
+	r := l.mustBin(l.bin, "show", "--json")
 	if strings.Contains(r.errOut, "another hbm build") || strings.Contains(r.errOut, "under way") {
 		l.t.Errorf("%s: show still says: %s", when, r.errOut)
 	}
@@ -335,13 +262,13 @@ func parseShow(t *testing.T, out string) []jsonout.Group {
 // the limits show must list once b is set.
 func (l *upLab) upgradeKillSetup() (b string, limited map[string][]uint32, want map[string]uint64) {
 	l.reset()
-	a, _ := l.mk("a")
-	p, _ := l.mk("p")
-	c, _ := l.mk("p/c")
-	b, _ = l.mk("b")
-	l.must(l.old, "set", a, "--egress", "100mbit", "--ingress", "200mbit")
-	l.must(l.old, "set", p, "--egress", "300mbit")
-	l.must(l.old, "set", c, "--egress", "50mbit")
+	a := l.mk("a")
+	p := l.mk("p")
+	c := l.mk("p/c")
+	b = l.mk("b")
+	l.mustBin(l.old, "set", a, "--egress", "100mbit", "--ingress", "200mbit")
+	l.mustBin(l.old, "set", p, "--egress", "300mbit")
+	l.mustBin(l.old, "set", c, "--egress", "50mbit")
 	limited = map[string][]uint32{a: {0, 1}, p: {0}, c: {0}}
 	l.checkEnforced("set by the earlier build", limited)
 	want = map[string]uint64{a + " egress": 100e6, a + " ingress": 200e6, p + " egress": 300e6, c + " egress": 50e6, b + " egress": 100e6}
@@ -363,7 +290,7 @@ func TestUpgradeKill(t *testing.T) {
 	l := newUpLab(t, "kill")
 	// The steps, from an upgrade that runs to its end.
 	b, limited, want := l.upgradeKillSetup()
-	r := l.run([]string{"HBM_TEST_STEPS=1"}, l.bin, "set", b, "--egress", "100mbit")
+	r := l.runBin([]string{"HBM_TEST_STEPS=1"}, l.bin, "set", b, "--egress", "100mbit")
 	if r.code != 0 || !strings.Contains(r.errOut, "upgraded the pinned state") {
 		t.Fatalf("the first set of this build on the earlier build's state: exit %d, want it to say it upgraded it: %s", r.code, r.errOut)
 	}
@@ -403,7 +330,7 @@ func TestUpgradeKill(t *testing.T) {
 	}
 	for _, n := range points {
 		b, limited, want := l.upgradeKillSetup()
-		r := l.run([]string{fmt.Sprintf("HBM_TEST_STOP_AFTER=%d", n)}, l.bin, "set", b, "--egress", "100mbit")
+		r := l.runBin([]string{fmt.Sprintf("HBM_TEST_STOP_AFTER=%d", n)}, l.bin, "set", b, "--egress", "100mbit")
 		if !r.killed {
 			t.Fatalf("set to be killed after step %d (%s): exit %d: %s", n, steps[n-1], r.code, r.errOut)
 		}
@@ -411,7 +338,7 @@ func TestUpgradeKill(t *testing.T) {
 		l.checkEnforced(when, limited)
 		upDir := pinExists(filepath.Join(l.pinDir, "upgrade"))
 		// show only reads.
-		sr := l.must(l.bin, "show", "--json")
+		sr := l.mustBin(l.bin, "show", "--json")
 		if pinExists(filepath.Join(l.pinDir, "upgrade")) != upDir {
 			t.Errorf("%s: show changed the upgrade under way", when)
 		}
@@ -420,7 +347,7 @@ func TestUpgradeKill(t *testing.T) {
 		}
 		// The earlier build, rolled back to: works or refuses cleanly.
 		a := filepath.Join(l.top, "a")
-		or := l.run(nil, l.old, "set", a, "--egress", "120mbit")
+		or := l.runBin(nil, l.old, "set", a, "--egress", "120mbit")
 		switch {
 		case or.code == 0:
 			want[a+" egress"] = 120e6
@@ -430,7 +357,7 @@ func TestUpgradeKill(t *testing.T) {
 		}
 		l.checkEnforced(when+", then the earlier build's set", limited)
 		// This build's next command finishes (or redoes) the upgrade.
-		l.must(l.bin, "set", b, "--egress", "100mbit")
+		l.mustBin(l.bin, "set", b, "--egress", "100mbit")
 		limited[b] = []uint32{0}
 		l.checkEnforced(when+", then set again", limited)
 		l.checkUpgraded(when+", then set again", want)
@@ -609,14 +536,15 @@ func TestUpgradeTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	group, dir := l.mk("w")
-	other, _ := l.mk("d")
+	group := l.mk("w")
+	dir := filepath.Join(l.mnt, group)
+	other := l.mk("d")
 	const limit = 100e6
 	// Tight thresholds: the policer lets a group run at most burst + max
 	// backlog (2 x drop-small) ahead of its rate, 9 ms here, so a gap
 	// shows sooner.
 	setArgs := []string{"set", group, "--egress", "100mbit", "--burst", "1ms", "--pace", "1ms", "--mark", "2ms", "--drop-large", "3ms", "--drop-small", "4ms"}
-	l.must(l.old, setArgs...)
+	l.mustBin(l.old, setArgs...)
 
 	// A connection the earlier build's assist caps.
 	host, _, _ := net.SplitHostPort(tb.ReceiverAddr(1, false))
@@ -735,12 +663,12 @@ func TestUpgradeTraffic(t *testing.T) {
 	}
 
 	// This build's unset lifts the cap the earlier build's assist set.
-	l.must(l.bin, "unset", group)
+	l.mustBin(l.bin, "unset", group)
 	if cap := sockopt(t, cc, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE); uint32(cap) != paceUnlimited {
 		t.Errorf("after unset by this build the socket capped by the earlier build keeps a pacing cap of %d bytes/s", cap)
 	}
 	// The earlier build, rolled back to, refuses with a clear error.
-	or := l.run(nil, l.old, "set", group, "--egress", "100mbit")
+	or := l.runBin(nil, l.old, "set", group, "--egress", "100mbit")
 	if or.code == 0 || !strings.Contains(or.errOut, "incompatible hbm version") {
 		t.Errorf("the earlier build's set on the upgraded state: exit %d: %s", or.code, or.errOut)
 	}
