@@ -1,7 +1,10 @@
 package dataplane
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +19,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/cgroup"
 
 	"github.com/hbm-dev/hbm/internal/rate"
 )
@@ -75,48 +80,135 @@ func roleProgs(p *hbmPrograms) map[string]*ebpf.Program {
 // and only a command that may change it (not show) upgrades it.
 var ErrUpgradePending = errors.New("the pinned state is from another hbm build")
 
+// target is the build an upgrade carries the state to: its BPF object's
+// spec and hash (where its programs are pinned: progs/<hash>), and whether
+// it is this build (whose Go types read its configuration).
+type target struct {
+	spec *ebpf.CollectionSpec
+	hash string
+	ours bool
+}
+
 // upgrade makes the pinned state this build's layout, finishing or
 // discarding an upgrade a killed hbm left first. It runs under the
 // exclusive lock, before the state is opened for writing.
 func (m *Manager) upgrade() error {
+	spec, err := loadHbm()
+	if err != nil {
+		return fmt.Errorf("load embedded BPF object: %w", err)
+	}
+	_, err = m.upgradeTo(target{spec, buildHash(), true})
+	return err
+}
+
+// upgradeTo carries the pinned state to b's layout; false if it had it.
+func (m *Manager) upgradeTo(b target) (bool, error) {
 	removeTrash(m.dir)
 	up := filepath.Join(m.dir, upgradeDir)
 	if pinExists(up) {
 		done, err := m.committed()
 		switch {
 		case err != nil:
-			return fmt.Errorf("an upgrade of the pinned state is under way and cannot be read: %w", err)
+			return false, fmt.Errorf("an upgrade of the pinned state is under way and cannot be read: %w", err)
 		case done:
 			if err := m.finishUpgrade(); err != nil {
-				return fmt.Errorf("finish the upgrade of the pinned state an earlier hbm left half done: %w (every limit stays enforced, by the old programs or the new; the next hbm command that changes limits tries again)", err)
+				return false, fmt.Errorf("finish the upgrade of the pinned state an earlier hbm left half done: %w (every limit stays enforced, by the old programs or the new; the next hbm command that changes limits tries again)", err)
 			}
 			m.warn("finished the upgrade of the pinned state that an earlier hbm left half done")
 		default:
 			if err := trash(m.dir, up); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
-	spec, err := loadHbm()
-	if err != nil {
-		return fmt.Errorf("load embedded BPF object: %w", err)
-	}
-	diffs, err := layoutDiffs(m.dir, spec)
+	diffs, err := layoutDiffs(m.dir, b.spec)
 	if err != nil || len(diffs) == 0 {
-		return err
+		return false, err
 	}
 	what := strings.Join(diffs, "; ")
-	carried, err := m.stageUpgrade(spec)
+	carried, err := m.stageUpgrade(b)
 	if err != nil {
 		trash(m.dir, up)
-		return fmt.Errorf("upgrade the pinned state to this hbm build (%s): %w; nothing changed, the limits stay enforced by the build that set them", what, err)
+		return false, fmt.Errorf("upgrade the pinned state to another layout (%s): %w; nothing changed, the limits stay enforced by the build that set them", what, err)
 	}
 	if err := m.finishUpgrade(); err != nil {
-		return fmt.Errorf("upgrade the pinned state to this hbm build (%s), half done: %w (every limit stays enforced, by the old programs or the new; the next hbm command that changes limits finishes it)", what, err)
+		return false, fmt.Errorf("upgrade the pinned state to another layout (%s), half done: %w (every limit stays enforced, by the old programs or the new; the next hbm command that changes limits finishes it)", what, err)
 	}
-	m.warn("upgraded the pinned state to this hbm build's layout (%s): %s", what, carried)
-	return nil
+	whose := "this hbm build's layout"
+	if !b.ours {
+		whose = "the layout of build " + b.hash
+	}
+	m.warn("upgraded the pinned state to %s (%s): %s", whose, what, carried)
+	return true, nil
 }
+
+// Downgrade carries the pinned state under dir to the layout of obj, the
+// BPF object of another hbm build (ObjectIn finds it in that build's
+// binary): its programs are loaded against the carried maps and pinned
+// where that build looks for its own, and every link switched to them.
+// For a rollback to a build older than the upgrade, which refuses state of
+// a newer layout; a build that has the upgrade carries the state back by
+// itself. It returns what it did.
+func Downgrade(dir string, obj []byte) ([]string, error) {
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
+	if err != nil {
+		return nil, fmt.Errorf("the other build's BPF object: %w", err)
+	}
+	if !Pinned(dir) {
+		return nil, nil
+	}
+	mnt, err := cgroup.Mount()
+	if err != nil {
+		return nil, err
+	}
+	lock, err := lockDir(dir, unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{dir: dir, mount: mnt, lock: lock}
+	defer m.Close()
+	sum := sha256.Sum256(obj)
+	did, err := m.upgradeTo(target{spec, hex.EncodeToString(sum[:8]), false})
+	if err == nil && !did {
+		m.warn("the pinned state already has that build's layout: nothing to carry")
+	}
+	return m.Warnings, err
+}
+
+// ObjectIn finds the BPF object (HBM's data plane) an hbm binary embeds:
+// an ELF object for BPF (EM_BPF, little endian) holding hbm_egress, whose
+// length its section header table's end gives.
+func ObjectIn(binary string) ([]byte, error) {
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		return nil, err
+	}
+	magic := []byte("\x7fELF\x02\x01\x01") // 64-bit, little endian, version 1
+	for off := 0; ; {
+		i := bytes.Index(data[off:], magic)
+		if i < 0 {
+			return nil, fmt.Errorf("%s embeds no HBM BPF object (not an hbm binary?)", binary)
+		}
+		i += off
+		off = i + 1
+		h := data[i:]
+		const emBPF = 247
+		if len(h) < 64 || le.Uint16(h[18:]) != emBPF {
+			continue
+		}
+		end := le.Uint64(h[40:]) + uint64(le.Uint16(h[58:]))*uint64(le.Uint16(h[60:]))
+		if end > uint64(len(h)) {
+			continue
+		}
+		obj := h[:end]
+		spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
+		if err == nil && spec.Programs[hbmProgHbmEgress] != nil {
+			return obj, nil
+		}
+	}
+}
+
+var le = binary.LittleEndian
 
 // layoutDiffs lists the pinned program maps whose layout differs from
 // spec's, with what differs.
@@ -144,7 +236,8 @@ func layoutDiffs(dir string, spec *ebpf.CollectionSpec) ([]string, error) {
 
 // stageUpgrade builds the new state under upgrade/ (step 1): nothing any
 // program runs yet uses it. It returns what it carried, for the message.
-func (m *Manager) stageUpgrade(spec *ebpf.CollectionSpec) (string, error) {
+func (m *Manager) stageUpgrade(b target) (string, error) {
+	spec := b.spec
 	up := filepath.Join(m.dir, upgradeDir)
 	for _, d := range []string{"old", "new", "keep", "roles", "hash"} {
 		if err := os.MkdirAll(filepath.Join(up, d), 0o700); err != nil {
@@ -207,7 +300,7 @@ func (m *Manager) stageUpgrade(spec *ebpf.CollectionSpec) (string, error) {
 		return "", loadError(err)
 	}
 	defer p.Close()
-	if err := pinPrograms(p, filepath.Join(up, "new", progsDir), buildHash()); err != nil {
+	if err := pinPrograms(p, filepath.Join(up, "new", progsDir), b.hash); err != nil {
 		return "", err
 	}
 	for role, prog := range roleProgs(p) {
@@ -215,7 +308,7 @@ func (m *Manager) stageUpgrade(spec *ebpf.CollectionSpec) (string, error) {
 			return "", err
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(up, "hash", buildHash()), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(up, "hash", b.hash), 0o700); err != nil {
 		return "", err
 	}
 	m.step("staged programs")
@@ -225,7 +318,7 @@ func (m *Manager) stageUpgrade(spec *ebpf.CollectionSpec) (string, error) {
 		if old == nil || old.Type() == ebpf.SkStorage {
 			continue // socket storage: carried socket by socket after the hand-over
 		}
-		n, err := carry(name, old, news[name], spec.Maps[name])
+		n, err := carry(name, old, news[name], spec.Maps[name], b.ours)
 		if err != nil {
 			return "", err
 		}
@@ -257,17 +350,18 @@ func pinAlso[T interface {
 	return nil
 }
 
-// carry writes every entry of old into nm, in nm's layout. A limit's
-// configuration is made again from what it means (limitOf, config): a
-// member new to the layout gets this build's value, not zero.
-func carry(name string, old, nm *ebpf.Map, ms *ebpf.MapSpec) (int, error) {
+// carry writes every entry of old into nm, in nm's layout. Into this
+// build's layout (remake), a limit's configuration is made again from what
+// it means (limitOf, config): a member new to the layout gets this build's
+// value, not zero.
+func carry(name string, old, nm *ebpf.Map, ms *ebpf.MapSpec, remake bool) (int, error) {
 	c, err := newCarrier(old, ms)
 	if err != nil {
 		return 0, fmt.Errorf("carry %s: %w", name, err)
 	}
 	n := 0
 	err = c.each(old, func(k, v []byte) error {
-		if name == hbmMapHbmLimitMap {
+		if remake && name == hbmMapHbmLimitMap {
 			v = remakeConfig(v)
 		}
 		if err := nm.Update(k, v, ebpf.UpdateAny); err != nil {

@@ -522,10 +522,12 @@ func (l *upLab) timedRun(t0 time.Time, env []string, bin string, args ...string)
 // backlog, set to 1 + 8 ms at the limit, one TSO packet, and 2 ms for the
 // frames' Ethernet headers and sampling: 17 ms; a gap of g ms under the
 // flood adds up to 3g), and neither flow may stop for more than 50 ms; the same figures before the upgrade are logged for
-// comparison, and HBM_UPGRADE_MEASURE=1 logs one line to quote. A TCP
+// comparison, and HBM_UPGRADE_MEASURE=1 marks the lines to quote. A TCP
 // connection capped by the earlier build's assist has its cap lifted by
 // this build's unset (its socket state carried). Then the earlier build
-// refuses the upgraded state with a clear error.
+// refuses the upgraded state with a clear error, until `hbm downgrade --to`
+// carries it back: the earlier build then sets and shows limits, and this
+// build upgrades them again.
 func TestUpgradeTraffic(t *testing.T) {
 	l := newUpLab(t, "traffic")
 	for _, c := range []string{"ip", "tc"} {
@@ -667,10 +669,21 @@ func TestUpgradeTraffic(t *testing.T) {
 	if cap := sockopt(t, cc, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE); uint32(cap) != paceUnlimited {
 		t.Errorf("after unset by this build the socket capped by the earlier build keeps a pacing cap of %d bytes/s", cap)
 	}
-	// The earlier build, rolled back to, refuses with a clear error.
+	// The earlier build, rolled back to, refuses with a clear error...
 	or := l.runBin(nil, l.old, "set", group, "--egress", "100mbit")
 	if or.code == 0 || !strings.Contains(or.errOut, "incompatible hbm version") {
 		t.Errorf("the earlier build's set on the upgraded state: exit %d: %s", or.code, or.errOut)
 	}
 	l.checkUpgraded("after the earlier build's refusal", map[string]uint64{other + " egress": 50e6})
+	// ... until this build carries the state back to its layout.
+	dr := l.mustBin(l.bin, "downgrade", "--to", l.old)
+	t.Logf("downgrade: %s", strings.TrimSpace(dr.out))
+	l.mustBin(l.old, "set", group, "--egress", "100mbit")
+	l.checkEnforced("the earlier build's set after downgrade", map[string][]uint32{group: {0}, other: {0}})
+	if r := l.mustBin(l.old, "show", "--json"); len(parseShow(t, r.out)) != 2 {
+		t.Errorf("the earlier build's show after downgrade: %s", r.out)
+	}
+	// And back up again.
+	l.mustBin(l.bin, "set", other, "--egress", "60mbit")
+	l.checkUpgraded("upgraded again", map[string]uint64{group + " egress": 100e6, other + " egress": 60e6})
 }
