@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -40,14 +41,9 @@ func mapBTF(m *ebpf.Map) (key, value btf.Type, err error) {
 	if id == 0 {
 		return nil, nil, nil
 	}
-	h, err := btf.NewHandleFromID(btf.ID(id))
+	spec, err := btfSpec(btf.ID(id))
 	if err != nil {
-		return nil, nil, fmt.Errorf("map BTF %d: %w", id, err)
-	}
-	defer h.Close()
-	spec, err := h.Spec(nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("map BTF %d: %w", id, err)
+		return nil, nil, err
 	}
 	if kid != 0 {
 		if key, err = spec.TypeByID(btf.TypeID(kid)); err != nil {
@@ -60,6 +56,32 @@ func mapBTF(m *ebpf.Map) (key, value btf.Type, err error) {
 		}
 	}
 	return key, value, nil
+}
+
+var (
+	btfMu    sync.Mutex
+	btfSpecs = map[btf.ID]*btf.Spec{}
+)
+
+// btfSpec reads BTF object id, once per process: every map of one BPF
+// object shares its BTF.
+func btfSpec(id btf.ID) (*btf.Spec, error) {
+	btfMu.Lock()
+	defer btfMu.Unlock()
+	if spec, ok := btfSpecs[id]; ok {
+		return spec, nil
+	}
+	h, err := btf.NewHandleFromID(id)
+	if err != nil {
+		return nil, fmt.Errorf("map BTF %d: %w", id, err)
+	}
+	defer h.Close()
+	spec, err := h.Spec(nil)
+	if err != nil {
+		return nil, fmt.Errorf("map BTF %d: %w", id, err)
+	}
+	btfSpecs[id] = spec
+	return spec, nil
 }
 
 // layoutOf describes a type's layout: member names, offsets, sizes and

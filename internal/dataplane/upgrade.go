@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
-
 	"github.com/hbm-dev/hbm/internal/rate"
 )
 
@@ -48,9 +47,11 @@ import (
 //  5. the new programs take their place under progs/, and upgrade/ goes.
 //
 // Killed before the commit, the next hbm discards upgrade/ (the pinned
-// state is as it was); killed after it, the next hbm, of either build,
-// finishes it (each step may be repeated). A build run on state of another
-// layout upgrades it the same way, whichever is newer.
+// state is as it was); killed after it, the next hbm (of any build that
+// has this) finishes it: each step may be repeated, and none needs the
+// build that staged it. A build run on state of another layout upgrades it
+// the same way, whichever is newer; hbm downgrade does it towards an
+// earlier build that does not have this.
 
 const (
 	upgradeDir  = "upgrade"        // the upgrade under way
