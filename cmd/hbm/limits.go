@@ -401,7 +401,7 @@ where it looks for its own, and every attachment switched to them
 atomically, so every limit stays enforced; that build then runs on the state
 as if it had set it. Run it with the newer build, then roll back.`,
 		Example: `  hbm downgrade --to /usr/local/bin/hbm.previous`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if to == "" {
 				return usagef("downgrade: name the earlier build's binary with --to")
