@@ -7,7 +7,7 @@ ARCH_INC  := /usr/include/$(shell uname -m)-linux-gnu
 export BPF_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/include -I$(ARCH_INC)
 export BPF_CORE_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/vmlinux -I$(CURDIR)/bpf/include
 
-.PHONY: all build generate vmlinux deps k8s-bins node-bins test test-k8s test-node test-unit test-priv demo bench clean
+.PHONY: all build generate vmlinux deps k8s-bins node-bins test test-k8s test-node test-upgrade test-unit test-priv demo bench clean
 
 all: build
 
@@ -75,6 +75,14 @@ test-node: deps
 	$(MAKE) build
 	$(MAKE) node-bins
 	$(K8S_ENV) $(NODE_ENV) HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -timeout 20m ./test/node/
+
+## test-upgrade: the upgrade tests alone (root; part of test): an earlier
+## hbm, built from git history, sets limits; this build upgrades them with
+## traffic running (TestUpgradeTraffic), and killed at its steps
+## (TestUpgradeKill). About 2 minutes on the 2-core machine.
+test-upgrade: deps
+	$(MAKE) build
+	HBM_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v -run 'TestUpgrade' -timeout 10m ./test/integration/
 
 ## test-unit: tests that need no privileges.
 test-unit:

@@ -19,7 +19,7 @@ import (
 // The limit commands: set, unset, show, prune.
 
 func init() {
-	commands = append(commands, newSetCmd, newUnsetCmd, newShowCmd, newPruneCmd, newRepairCmd)
+	commands = append(commands, newSetCmd, newUnsetCmd, newShowCmd, newPruneCmd, newRepairCmd, newDowngradeCmd)
 }
 
 // pinDir is where state is pinned. The environment variable HBM_PIN_DIR or
@@ -260,6 +260,7 @@ congestion codes returned to TCP (cwr), packets and bytes dropped.`,
 			}
 			if m != nil {
 				defer m.Close()
+				warn(m)
 				if entries, err = m.List(); err != nil {
 					return err
 				}
@@ -382,5 +383,43 @@ unset on the group (where it is visible) makes it whole.`,
 		},
 	}
 	cmd.Flags().BoolVar(&abandon, "abandon", false, "give up the journaled change: clear the journal, leave the state as it is")
+	return cmd
+}
+
+func newDowngradeCmd() *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "downgrade --to HBM-BINARY",
+		Short: "Carry the pinned state to an earlier hbm build's map layout, before a rollback",
+		Long: `A build whose maps have another layout than the pinned ones upgrades the
+pinned state the first time it changes limits, and hbm builds from the one
+that brought upgrades on carry it back the same way when rolled back to. An
+earlier build refuses state of a newer layout ("is from an incompatible hbm
+version"). downgrade carries the state to the layout of the hbm binary
+HBM-BINARY (the BPF object it embeds): its programs are loaded and pinned
+where it looks for its own, and every attachment switched to them
+atomically, so every limit stays enforced; that build then runs on the state
+as if it had set it. Run it with the newer build, then roll back.`,
+		Example: `  hbm downgrade --to /usr/local/bin/hbm.previous`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if to == "" {
+				return usagef("downgrade: name the earlier build's binary with --to")
+			}
+			if err := requireRoot(); err != nil {
+				return err
+			}
+			obj, err := dataplane.ObjectIn(to)
+			if err != nil {
+				return err
+			}
+			did, err := dataplane.Downgrade(pinDir, obj)
+			for _, w := range did {
+				fmt.Fprintln(cmd.OutOrStdout(), safetext.Quote(w))
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "the earlier build's hbm binary")
 	return cmd
 }

@@ -256,8 +256,7 @@ func (m *Manager) uncover(g cgroup.Group, d Direction) error {
 
 func (m *Manager) limited(id uint64, d Direction) bool {
 	var c hbmHbmConfig
-	k := key(id, d)
-	return m.st.limits.Lookup(&k, &c) == nil
+	return m.lookupConfig(key(id, d), &c) == nil
 }
 
 // walkBelow calls fn on every group below g, parents before children; fn's

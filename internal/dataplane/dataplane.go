@@ -67,12 +67,20 @@ func Open(dir string) (*Manager, error) {
 }
 
 // OpenReadOnly opens existing state for reading, sharing the lock with other
-// readers. It returns (nil, nil) when no state was ever pinned.
+// readers. It returns (nil, nil) when no state was ever pinned. State of
+// another build's layout is read through a carrier (layout.go), and a
+// warning says an upgrade is pending.
 func OpenReadOnly(dir string) (*Manager, error) {
 	if !Pinned(dir) {
 		return nil, nil
 	}
-	return open(dir, unix.LOCK_SH, false)
+	m, err := open(dir, unix.LOCK_SH, false)
+	if err == nil {
+		if note := UpgradePending(dir); note != "" {
+			m.warn("%s", note) // it never upgrades: a writer does
+		}
+	}
+	return m, err
 }
 
 // OpenUnlocked opens existing state for reading without the lock, for
@@ -98,6 +106,17 @@ func open(dir string, how int, create bool) (*Manager, error) {
 			return nil, err
 		}
 	}
+	m := &Manager{dir: dir, mount: mnt, lock: lock}
+	if create {
+		// A build whose layout differs upgrades the pinned state first
+		// (upgrade.go); read-only opens read it through a carrier.
+		if err := m.upgrade(); err != nil {
+			if lock != nil {
+				lock.Close()
+			}
+			return nil, err
+		}
+	}
 	st, err := openState(dir, create)
 	if err != nil {
 		if lock != nil {
@@ -105,7 +124,8 @@ func open(dir string, how int, create bool) (*Manager, error) {
 		}
 		return nil, err
 	}
-	return &Manager{dir: dir, mount: mnt, lock: lock, st: st}, nil
+	m.st = st
+	return m, nil
 }
 
 // Close releases the maps, programs and the lock. Pinned state stays.
@@ -126,9 +146,16 @@ func (m *Manager) Close() error {
 // its Nth change step, for the kill tests.
 const stopAfterEnv = "HBM_TEST_STOP_AFTER"
 
+// stepsEnv names the test-only variable that makes hbm print each change
+// step, for the kill tests to choose where to kill.
+const stepsEnv = "HBM_TEST_STEPS"
+
 // step marks the end of one change step.
 func (m *Manager) step(what string) {
 	m.steps++
+	if os.Getenv(stepsEnv) != "" {
+		fmt.Fprintf(os.Stderr, "hbm: %s: step %d: %s\n", stepsEnv, m.steps, what)
+	}
 	if n, err := strconv.Atoi(os.Getenv(stopAfterEnv)); err == nil && n == m.steps {
 		fmt.Fprintf(os.Stderr, "hbm: %s=%d: killed after step %d (%s)\n", stopAfterEnv, n, n, what)
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -571,6 +598,11 @@ func (m *Manager) repair() error {
 	if err != nil {
 		return err
 	}
+	if e.Op > txnApply {
+		// A newer build's change (this one rolled back to): replaying it
+		// as something else could remove a limit.
+		return fmt.Errorf("the journal holds operation %d of cgroup id %d, which this hbm build does not know (a newer build's): run that build, or give it up with `hbm repair --abandon`", e.Op, e.ID)
+	}
 	g, err := m.journaledGroup(e.ID, rel)
 	if err != nil {
 		return err
@@ -682,7 +714,7 @@ func (m *Manager) list(enforced bool) ([]Entry, error) {
 		out []Entry
 	)
 	paths := cgroupPaths(m.mount)
-	it := m.st.limits.Iterate()
+	it := m.eachLimit()
 	for it.Next(&k, &c) {
 		st, err := m.readStats(k)
 		if err != nil {
@@ -693,7 +725,7 @@ func (m *Manager) list(enforced bool) ([]Entry, error) {
 		if enforced && e.Cgroup != "" {
 			var q hbmHbmQueue
 			g := cgroup.Group{Dir: filepath.Join(m.mount, e.Cgroup), Rel: e.Cgroup, ID: k.CgroupId}
-			e.Enforced = m.st.queues.Lookup(&k, &q) == nil && m.served(g, e.Dir, c)
+			e.Enforced = m.lookupQueue(k, &q) == nil && m.served(g, e.Dir, c)
 		}
 		out = append(out, e)
 	}
@@ -702,6 +734,61 @@ func (m *Manager) list(enforced bool) ([]Entry, error) {
 	}
 	sortEntries(out)
 	return out, nil
+}
+
+// limitIter iterates the limits: the map's, or the snapshot's.
+type limitIter interface {
+	Next(key, value any) bool
+	Err() error
+}
+
+type snapIter struct {
+	keys []hbmHbmKey
+	snap map[hbmHbmKey]hbmHbmConfig
+}
+
+func (it *snapIter) Next(key, value any) bool {
+	if len(it.keys) == 0 {
+		return false
+	}
+	*key.(*hbmHbmKey), *value.(*hbmHbmConfig) = it.keys[0], it.snap[it.keys[0]]
+	it.keys = it.keys[1:]
+	return true
+}
+
+func (it *snapIter) Err() error { return nil }
+
+func (m *Manager) eachLimit() limitIter {
+	if m.st.snap == nil {
+		return m.st.limits.Iterate()
+	}
+	it := &snapIter{snap: m.st.snap.limits}
+	for k := range it.snap {
+		it.keys = append(it.keys, k)
+	}
+	return it
+}
+
+// lookupConfig and lookupQueue read a limit's configuration and queue: the
+// maps', or the snapshot's.
+func (m *Manager) lookupConfig(k hbmHbmKey, c *hbmHbmConfig) error {
+	return lookupIn(m.st.limits, m.st.snap != nil, func() map[hbmHbmKey]hbmHbmConfig { return m.st.snap.limits }, k, c)
+}
+
+func (m *Manager) lookupQueue(k hbmHbmKey, q *hbmHbmQueue) error {
+	return lookupIn(m.st.queues, m.st.snap != nil, func() map[hbmHbmKey]hbmHbmQueue { return m.st.snap.queues }, k, q)
+}
+
+func lookupIn[V any](mp *ebpf.Map, snapped bool, snap func() map[hbmHbmKey]V, k hbmHbmKey, v *V) error {
+	if !snapped {
+		return mp.Lookup(&k, v)
+	}
+	got, ok := snap()[k]
+	if !ok {
+		return ebpf.ErrKeyNotExist
+	}
+	*v = got
+	return nil
 }
 
 // resolve finds the path of group id, and whether it is certainly gone.
@@ -733,7 +820,7 @@ func cgroupPaths(mnt string) map[uint64]string {
 
 func (m *Manager) readStats(k hbmHbmKey) (Stats, error) {
 	var q hbmHbmQueue
-	if err := m.st.queues.Lookup(&k, &q); err != nil {
+	if err := m.lookupQueue(k, &q); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return Stats{}, nil
 		}

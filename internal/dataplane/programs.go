@@ -59,24 +59,42 @@ func loadPinnedPrograms(dir string) (*hbmPrograms, error) {
 }
 
 // loadPrograms loads the embedded object against the pinned maps and pins
-// its programs at dir: into a scratch directory first, renamed into place
-// whole, so a killed hbm never leaves a partial set where the next one looks.
+// its programs at root/<hash> (pinPrograms). The links of earlier builds
+// are switched to them: with the same layout (else upgrade would have run)
+// the new code serves every limit at once, not only new attachments.
 func (m *Manager) loadPrograms(root, dir string) (*hbmPrograms, error) {
 	spec, err := loadHbm()
 	if err != nil {
 		return nil, fmt.Errorf("load embedded BPF object: %w", err)
 	}
 	p := &hbmPrograms{}
-	err = spec.LoadAndAssign(p, &ebpf.CollectionOptions{MapReplacements: m.st.replacements()})
-	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("kernel rejected HBM's programs: %+v", ve)
-		}
-		return nil, fmt.Errorf("load HBM's programs: %w", err)
+	if err := spec.LoadAndAssign(p, &ebpf.CollectionOptions{MapReplacements: m.st.replacements()}); err != nil {
+		return nil, loadError(err)
 	}
-	// Earlier builds' programs and scratch left by a killed hbm: their
-	// links hold their own references, so unpinning detaches nothing.
+	if err := pinPrograms(p, root, filepath.Base(dir)); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if n, err := m.switchLinks(roleProgs(p)); err != nil {
+		m.warn("%d links switched to this build's programs, then: %v (the others run an earlier build's, on the same maps)", n, err)
+	}
+	return p, nil
+}
+
+func loadError(err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("kernel rejected HBM's programs: %+v", ve)
+	}
+	return fmt.Errorf("load HBM's programs: %w", err)
+}
+
+// pinPrograms pins p's programs at root/hash: into a scratch directory
+// first, renamed into place whole, so a killed hbm never leaves a partial
+// set where the next one looks. Earlier builds' programs and scratch left
+// by a killed hbm are unpinned first: their links hold their own
+// references, so that detaches nothing.
+func pinPrograms(p *hbmPrograms, root, hash string) error {
 	if old, err := os.ReadDir(root); err == nil {
 		for _, e := range old {
 			os.RemoveAll(filepath.Join(root, e.Name()))
@@ -84,24 +102,20 @@ func (m *Manager) loadPrograms(root, dir string) (*hbmPrograms, error) {
 	}
 	tmp := filepath.Join(root, fmt.Sprintf("loading_%d", os.Getpid())) // bpffs names may not hold dots
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("pin programs: %w", err)
+		return fmt.Errorf("pin programs: %w", err)
 	}
 	for name, prog := range map[string]*ebpf.Program{
 		hbmProgHbmEgress: p.HbmEgress, hbmProgHbmIngress: p.HbmIngress,
 		hbmProgHbmPaceOps: p.HbmPaceOps, hbmProgHbmRxwinOps: p.HbmRxwinOps, hbmProgHbmSockets: p.HbmSockets,
 	} {
-		if err := prog.Pin(filepath.Join(tmp, name)); err != nil {
-			p.Close()
+		if err := pinAlso(prog, filepath.Join(tmp, name)); err != nil {
 			os.RemoveAll(tmp)
-			return nil, fmt.Errorf("pin program %s: %w", name, err)
+			return fmt.Errorf("pin program %s: %w", name, err)
 		}
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		p.Close()
+	if err := os.Rename(tmp, filepath.Join(root, hash)); err != nil {
 		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("pin programs: %w", err)
+		return fmt.Errorf("pin programs: %w", err)
 	}
-	// The programs are pinned at tmp's old names; the fds stay valid.
-	return p, nil
+	return nil
 }

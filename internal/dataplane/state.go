@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/hbm-dev/hbm/internal/bpffs"
@@ -35,6 +36,15 @@ type state struct {
 	// before a change of several steps, cleared after its last, so the next
 	// hbm repairs what a killed one left half done.
 	txn *ebpf.Map
+	// snap holds the limits and queues, read through a carrier (layout.go),
+	// when their pinned layout is not this build's: a read-only open
+	// before the upgrade, which only a writer runs.
+	snap *snapshot
+}
+
+type snapshot struct {
+	limits map[hbmHbmKey]hbmHbmConfig
+	queues map[hbmHbmKey]hbmHbmQueue
 }
 
 // txnPathBytes bounds the group path the journal keeps.
@@ -126,7 +136,47 @@ func openState(dir string, create bool) (*state, error) {
 		}
 		*dsts[name] = mp
 	}
+	if !create {
+		if err := s.readThrough(spec); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// readThrough snapshots the limits and queues, carried to this build's
+// layout, when either is pinned in another.
+func (s *state) readThrough(spec *ebpf.CollectionSpec) error {
+	sameL, _, err1 := sameLayout(s.limits, spec.Maps[hbmMapHbmLimitMap])
+	sameQ, _, err2 := sameLayout(s.queues, spec.Maps[hbmMapHbmQueueMap])
+	if err := errors.Join(err1, err2); err != nil || sameL && sameQ {
+		return err
+	}
+	s.snap = &snapshot{limits: map[hbmHbmKey]hbmHbmConfig{}, queues: map[hbmHbmKey]hbmHbmQueue{}}
+	if err := readCarried(s.limits, spec.Maps[hbmMapHbmLimitMap], s.snap.limits); err != nil {
+		return err
+	}
+	return readCarried(s.queues, spec.Maps[hbmMapHbmQueueMap], s.snap.queues)
+}
+
+func readCarried[V any](m *ebpf.Map, ms *ebpf.MapSpec, into map[hbmHbmKey]V) error {
+	c, err := newCarrier(m, ms)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", ms.Name, err)
+	}
+	return c.each(m, func(kb, vb []byte) error {
+		var k hbmHbmKey
+		var v V
+		if _, err := binary.Decode(kb, binary.NativeEndian, &k); err != nil {
+			return err
+		}
+		if _, err := binary.Decode(vb, binary.NativeEndian, &v); err != nil {
+			return err
+		}
+		into[k] = v
+		return nil
+	})
 }
 
 func openMap(dir, name string, ms *ebpf.MapSpec, create bool) (*ebpf.Map, error) {

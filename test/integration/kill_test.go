@@ -47,6 +47,12 @@ type kLab struct {
 
 func newKLab(t *testing.T, name string) *kLab {
 	t.Helper()
+	return newKLabAt(t, "/sys/fs/bpf/hbm-test-"+name, "/hbm-test-"+name)
+}
+
+// newKLabAt is newKLab with the pin directory and cgroup tree named.
+func newKLabAt(t *testing.T, pinDir, top string) *kLab {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: integration test (root, BPF, cgroups)")
 	}
@@ -55,7 +61,7 @@ func newKLab(t *testing.T, name string) *kLab {
 	if err != nil {
 		testutil.Missing(t, "cgroup2", err)
 	}
-	l := &kLab{t: t, bin: testutil.HBMBinary(t), pinDir: "/sys/fs/bpf/hbm-test-" + name, top: "/hbm-test-" + name, mnt: mnt}
+	l := &kLab{t: t, bin: testutil.HBMBinary(t), pinDir: pinDir, top: top, mnt: mnt}
 	l.reset()
 	t.Cleanup(l.reset)
 	return l
@@ -99,13 +105,21 @@ type hbmResult struct {
 }
 
 // run runs hbm with args in the test's pin directory, with extra environment
-// (e.g. HBM_TEST_STOP_AFTER=N), bounded to 30 s.
+// (e.g. HBM_TEST_STOP_AFTER=N).
 func (l *kLab) run(env []string, args ...string) hbmResult {
 	l.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return l.runBin(env, l.bin, args...)
+}
+
+// runBin runs the hbm binary bin (another build's, for the upgrade tests)
+// like run, bounded to 60 s (a program load on a loaded machine).
+func (l *kLab) runBin(env []string, bin string, args ...string) hbmResult {
+	l.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, l.bin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(append(os.Environ(), "HBM_PIN_DIR="+l.pinDir), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
@@ -120,10 +134,10 @@ func (l *kLab) run(env []string, args ...string) hbmResult {
 			r.killed = true
 		}
 	default:
-		l.t.Fatalf("hbm %v: %v", args, err)
+		l.t.Fatalf("%s %v: %v", bin, args, err)
 	}
 	if ctx.Err() != nil {
-		l.t.Fatalf("hbm %v: timed out: %s", args, r.errOut)
+		l.t.Fatalf("%s %v: timed out: %s", bin, args, r.errOut)
 	}
 	return r
 }
@@ -131,11 +145,17 @@ func (l *kLab) run(env []string, args ...string) hbmResult {
 // must runs hbm and fails the test unless it exits 0.
 func (l *kLab) must(args ...string) string {
 	l.t.Helper()
-	r := l.run(nil, args...)
+	return l.mustBin(l.bin, args...).out
+}
+
+// mustBin runs the hbm binary bin and fails the test unless it exits 0.
+func (l *kLab) mustBin(bin string, args ...string) hbmResult {
+	l.t.Helper()
+	r := l.runBin(nil, bin, args...)
 	if r.killed || r.code != 0 {
-		l.t.Fatalf("hbm %s: exit %d (killed %v): %s", strings.Join(args, " "), r.code, r.killed, r.errOut)
+		l.t.Fatalf("%s %s: exit %d (killed %v): %s", bin, strings.Join(args, " "), r.code, r.killed, r.errOut)
 	}
-	return r.out
+	return r
 }
 
 func (l *kLab) show() []jsonout.Group {
