@@ -144,6 +144,36 @@ static __always_inline __u64 rxwin_bytes(struct hbm_sock *s, __u64 rtt_us, __u32
 	return win > RXWIN_MAX ? RXWIN_MAX : win;
 }
 
+/* rxwin_descend is the clamp to set for a wanted clamp win (bytes), given
+ * the socket's clamp now (cur), the part of its last advertised window the
+ * sender has not yet used (left: rcv_wup + rcv_wnd - rcv_nxt), its mss and
+ * its window scale unit (1 << rcv_wscale): win itself when it raises the
+ * clamp, or lowers it to no less than left plus a segment and a scale unit.
+ *
+ * Why: the receiver ACKs at once only while the window it would advertise
+ * is at least the one it advertised last (__tcp_ack_snd_check: "right edge
+ * of window advances far enough"). A clamp below that holds every ACK back
+ * until the application reads (tcp_cleanup_rbuf), the delayed-ACK timer
+ * fires (40 ms) or the sender's tail-loss probe comes back as a duplicate
+ * (2 x srtt + 2 jiffies: 8-12 ms at HZ=250). With the receiver on a CPU of
+ * its own the read comes first; on a shared CPU the probe does, and an
+ * incast's RPC tail became the probe timer (docs/design.md, "ACKs held back
+ * by a lowered clamp"). Lowered this way, the ACK being sent (the clamp is
+ * set in its HDR_OPT_LEN callback) advertises the new window itself, so the
+ * next one's check holds: the window shrinks by about a segment per ACK,
+ * half per round trip, as fast as a sender's own multiplicative decrease. */
+static __always_inline __u64 rxwin_descend(__u64 win, __u64 cur, __s32 left, __u32 mss, __u32 scale_unit)
+{
+	__u64 floor;
+
+	if (win >= cur)
+		return win;
+	floor = (left > 0 ? (__u64)left : 0) + mss + scale_unit;
+	if (win < floor)
+		win = floor;
+	return win < cur ? win : cur;
+}
+
 static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 {
 	struct hbm_sock *s;
@@ -191,6 +221,8 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 	 * 1/8. The socket's own, not the one last set: receive autotuning
 	 * raises the clamp with the receive buffer (tcp_rcv_space_adjust). */
 	cur = tp->window_clamp;
+	win = rxwin_descend(win, cur, (__s32)(tp->rcv_wup + tp->rcv_wnd - tp->rcv_nxt),
+			    rxwin_mss(skops->mss_cache), 1U << BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale));
 	if (win <= cur + (cur >> 3) && win + (win >> 3) >= cur)
 		return 1;
 	val = win;

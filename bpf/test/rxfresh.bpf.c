@@ -56,4 +56,21 @@ int rxwin_run(struct rxwin_case *c)
 	return 0;
 }
 
+struct rxdescend_case {
+	__u64 win;        /* in: the clamp wanted (rxwin_bytes) */
+	__u64 cur;        /* in: the socket's clamp now */
+	__s32 left;       /* in: rcv_wup + rcv_wnd - rcv_nxt */
+	__u32 mss;        /* in: the socket's mss */
+	__u32 scale_unit; /* in: 1 << rcv_wscale */
+	__u32 pad;
+	__u64 clamp;      /* out: rxwin_descend */
+};
+
+SEC("syscall")
+int rxdescend_run(struct rxdescend_case *c)
+{
+	c->clamp = rxwin_descend(c->win, c->cur, c->left, c->mss, c->scale_unit);
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

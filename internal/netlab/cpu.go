@@ -88,3 +88,48 @@ func ReadSoftnet() Softnet {
 func (s Softnet) Since(a Softnet) Softnet {
 	return Softnet{Dropped: uint64(uint32(s.Dropped - a.Dropped)), Squeezed: uint64(uint32(s.Squeezed - a.Squeezed))}
 }
+
+// ReadKsoftirqd reads the CPU time the ksoftirqd threads have used so far:
+// the receive softirq's work the kernel deferred to a
+// thread that waits its turn with every other task (a busy CPU's network
+// latency). Zero if /proc is unreadable.
+func ReadKsoftirqd() time.Duration {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var ticks uint64
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if n, ok := statCPU(string(b), "ksoftirqd/"); ok {
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / clkTck
+}
+
+// statCPU returns utime + stime (clock ticks) from a /proc/PID/stat line
+// whose command name starts with prefix. Fields 14 and 15, counted after
+// the name's closing parenthesis: a name may hold spaces and parentheses.
+func statCPU(stat, prefix string) (uint64, bool) {
+	open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if open < 0 || end < open || !strings.HasPrefix(stat[open+1:end], prefix) {
+		return 0, false
+	}
+	f := strings.Fields(stat[end+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return u + st, true
+}

@@ -118,6 +118,11 @@ func (in *Incast) BottleneckDrops() (uint64, error) {
 // the workload server sets none itself.
 func (in *Incast) SetReceiverCC(cc string) error { return in.RouteCC(Receiver, cc) }
 
+// ReceiverRx reads the receiver's rx_bytes and rx_packets (Lab.RxCounters).
+func (in *Incast) ReceiverRx() (bytes, packets uint64, err error) {
+	return in.RxCounters(Receiver, incastLink)
+}
+
 // ReceiverAddr returns the receiver's address and port as host:port.
 func (in *Incast) ReceiverAddr(port int) string {
 	return net.JoinHostPort(in.ReceiverIP.String(), strconv.Itoa(port))
@@ -199,7 +204,7 @@ func (in *Incast) RunJobs(ctx context.Context, bin string, jobs []IncastJob) (*I
 		softnet Softnet
 	}
 	readRx := func(into chan rxAt) {
-		if b, p, err := in.RxCounters(Receiver, incastLink); err == nil {
+		if b, p, err := in.ReceiverRx(); err == nil {
 			into <- rxAt{b, p, ReadCPU(), ReadSoftnet()}
 		}
 	}

@@ -73,9 +73,9 @@ func TestIngressIncastTools(t *testing.T) {
 				name string
 				st   toolStats
 			}{{"none", none}, {"hbm", with}} {
-				line := fmt.Sprintf("%-9s %-4s drops %s  hbm marks %s  iperf3 retrans %s  iperf3 goodput %s Gbit/s  sockperf requests %s Gbit/s  sockperf %dB rtt p50 %s us  worst p99 %s us  senders: TLP %s DSACK %s RTO %s  receiver: zero-window %s (wanted %s) softnet drops %s",
+				line := fmt.Sprintf("%-9s %-4s drops %s  hbm marks %s  iperf3 retrans %s  iperf3 goodput %s Gbit/s  sockperf requests %s Gbit/s  sockperf %dB rtt p50 %s us  worst p99 %s us  senders: TLP %s DSACK %s RTO %s  receiver: zero-window %s (wanted %s) delayed ACKs %s softnet drops %s squeezed %s  softirq %s cores (ksoftirqd %s)  receiver %s kpps of %s B",
 					ccName, x.name, span(x.st.drops), span(x.st.marks), span(x.st.retrans), span(x.st.gbps), span(x.st.pingGbps), cfg.msg, span(x.st.p50), span(x.st.p99),
-					span(x.st.tlp), span(x.st.dsack), span(x.st.rto), span(x.st.zwin), span(x.st.wzwin), span(x.st.softnet))
+					span(x.st.tlp), span(x.st.dsack), span(x.st.rto), span(x.st.zwin), span(x.st.wzwin), span(x.st.delack), span(x.st.softnet), span(x.st.squeezed), span(x.st.softirq), span(x.st.ksoftirqd), span(x.st.kpps), span(x.st.pktBytes))
 				table = append(table, line)
 				t.Log(line)
 			}
@@ -154,6 +154,8 @@ func toolsCell(t *testing.T, l *inLab, ccName string, cfg toolsCfg, runs int) (n
 type toolStats struct {
 	drops, retrans, marks, gbps, pingGbps, p50, p99 []float64
 	tlp, dsack, rto, zwin, wzwin, softnet           []float64
+	delack, squeezed, softirq, ksoftirqd            []float64
+	kpps, pktBytes                                  []float64
 }
 
 func (s *toolStats) add(r toolRun) {
@@ -170,6 +172,12 @@ func (s *toolStats) add(r toolRun) {
 	s.zwin = append(s.zwin, float64(r.rcv["TcpExt:TCPToZeroWindowAdv"]))
 	s.wzwin = append(s.wzwin, float64(r.rcv["TcpExt:TCPWantZeroWindowAdv"]))
 	s.softnet = append(s.softnet, float64(r.softnet.Dropped))
+	s.delack = append(s.delack, float64(r.rcv["TcpExt:DelayedACKs"]))
+	s.squeezed = append(s.squeezed, float64(r.softnet.Squeezed))
+	s.softirq = append(s.softirq, r.cpu.SoftirqCores)
+	s.ksoftirqd = append(s.ksoftirqd, r.ksoftirqdCores)
+	s.kpps = append(s.kpps, r.rxKpps)
+	s.pktBytes = append(s.pktBytes, r.rxPktBytes)
 }
 
 // toolNice is the CPU priority of tool name: HBM_TOOLS_SOCKPERF_NICE for
@@ -202,6 +210,13 @@ type toolRun struct {
 	// (summed) and the receiver's, and the machine's softnet drops.
 	snd, rcv netlab.Netstat
 	softnet  netlab.Softnet
+	// The machine's CPU over the same window: softirq time, and the part
+	// of it deferred to ksoftirqd (cores).
+	cpu            netlab.CPUUse
+	ksoftirqdCores float64
+	// The receiver's packets (a GRO or TSO packet counts once): thousands
+	// a second, and their mean size in bytes.
+	rxKpps, rxPktBytes float64
 }
 
 // netstats reads and sums the counters of hosts.
@@ -273,6 +288,8 @@ func runTools(t *testing.T, l *inLab, cfg toolsCfg) toolRun {
 	}
 	ing0, _ := l.hbm.Ingress(l.group) // nil without a limit
 	snd0, rcv0, soft0 := netstats(t, l, l.in.Senders...), netstats(t, l, netlab.Receiver), netlab.ReadSoftnet()
+	cpu0, ksoft0 := netlab.ReadCPU(), netlab.ReadKsoftirqd()
+	rxB0, rxP0, rxErr := l.in.ReceiverRx()
 	for i, s := range l.in.Senders {
 		pings = append(pings, start(s, "sockperf", "ping-pong", "--tcp", "-i", addr, "-p", strconv.Itoa(toolsSockperfPort+i), "-m", strconv.Itoa(cfg.msg), "-t", "6", "--full-rtt"))
 	}
@@ -331,6 +348,15 @@ func runTools(t *testing.T, l *inLab, cfg toolsCfg) toolRun {
 	r.drops = drops1 - drops0
 	r.snd, r.rcv = netstats(t, l, l.in.Senders...).Sub(snd0), netstats(t, l, netlab.Receiver).Sub(rcv0)
 	r.softnet = netlab.ReadSoftnet().Since(soft0)
+	cpu1 := netlab.ReadCPU()
+	r.cpu = cpu1.Since(cpu0)
+	if wall := cpu1.At.Sub(cpu0.At).Seconds(); wall > 0 {
+		r.ksoftirqdCores = (netlab.ReadKsoftirqd() - ksoft0).Seconds() / wall
+		if rxB1, rxP1, err := l.in.ReceiverRx(); err == nil && rxErr == nil && rxP1 > rxP0 {
+			r.rxKpps = float64(rxP1-rxP0) / wall / 1000
+			r.rxPktBytes = float64(rxB1-rxB0) / float64(rxP1-rxP0)
+		}
+	}
 	if ing1, _ := l.hbm.Ingress(l.group); ing0 != nil && ing1 != nil {
 		r.marks = ing1.Marked - ing0.Marked
 	}

@@ -155,6 +155,17 @@ type rxfreshHbmWalk struct {
 	Changed  uint64
 }
 
+type rxfreshRxdescendCase struct {
+	_         structs.HostLayout
+	Win       uint64
+	Cur       uint64
+	Left      int32
+	Mss       uint32
+	ScaleUnit uint32
+	Pad       uint32
+	Clamp     uint64
+}
+
 type rxfreshRxfreshCase struct {
 	_         structs.HostLayout
 	S         rxfreshHbmSock
@@ -181,17 +192,18 @@ type rxfreshRxwinCase struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	rxfreshMapHbmClockMap  = "hbm_clock_map"
-	rxfreshMapHbmFlowMap   = "hbm_flow_map"
-	rxfreshMapHbmLimitMap  = "hbm_limit_map"
-	rxfreshMapHbmListenMap = "hbm_listen_map"
-	rxfreshMapHbmNetnsMap  = "hbm_netns_map"
-	rxfreshMapHbmPeerMap   = "hbm_peer_map"
-	rxfreshMapHbmQueueMap  = "hbm_queue_map"
-	rxfreshMapHbmRxMap     = "hbm_rx_map"
-	rxfreshMapHbmWalkMap   = "hbm_walk_map"
-	rxfreshProgRxfreshRun  = "rxfresh_run"
-	rxfreshProgRxwinRun    = "rxwin_run"
+	rxfreshMapHbmClockMap   = "hbm_clock_map"
+	rxfreshMapHbmFlowMap    = "hbm_flow_map"
+	rxfreshMapHbmLimitMap   = "hbm_limit_map"
+	rxfreshMapHbmListenMap  = "hbm_listen_map"
+	rxfreshMapHbmNetnsMap   = "hbm_netns_map"
+	rxfreshMapHbmPeerMap    = "hbm_peer_map"
+	rxfreshMapHbmQueueMap   = "hbm_queue_map"
+	rxfreshMapHbmRxMap      = "hbm_rx_map"
+	rxfreshMapHbmWalkMap    = "hbm_walk_map"
+	rxfreshProgRxdescendRun = "rxdescend_run"
+	rxfreshProgRxfreshRun   = "rxfresh_run"
+	rxfreshProgRxwinRun     = "rxwin_run"
 )
 
 // loadRxfresh returns the embedded CollectionSpec for rxfresh.
@@ -236,8 +248,9 @@ type rxfreshSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rxfreshProgramSpecs struct {
-	RxfreshRun *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
-	RxwinRun   *ebpf.ProgramSpec `ebpf:"rxwin_run"`
+	RxdescendRun *ebpf.ProgramSpec `ebpf:"rxdescend_run"`
+	RxfreshRun   *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
+	RxwinRun     *ebpf.ProgramSpec `ebpf:"rxwin_run"`
 }
 
 // rxfreshMapSpecs contains maps before they are loaded into the kernel.
@@ -316,12 +329,14 @@ type rxfreshVariables struct {
 //
 // It can be passed to loadRxfreshObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rxfreshPrograms struct {
-	RxfreshRun *ebpf.Program `ebpf:"rxfresh_run"`
-	RxwinRun   *ebpf.Program `ebpf:"rxwin_run"`
+	RxdescendRun *ebpf.Program `ebpf:"rxdescend_run"`
+	RxfreshRun   *ebpf.Program `ebpf:"rxfresh_run"`
+	RxwinRun     *ebpf.Program `ebpf:"rxwin_run"`
 }
 
 func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
+		p.RxdescendRun,
 		p.RxfreshRun,
 		p.RxwinRun,
 	)

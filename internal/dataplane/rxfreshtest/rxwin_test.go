@@ -98,3 +98,34 @@ func TestRxWindowRPCSocket(t *testing.T) {
 		{"10 KB into a request: 64 KB open", 0, 50, 10240, freshBytes},
 	})
 }
+
+// The clamp is lowered no faster than the window already advertised
+// drains (rxwin_descend): a clamp below the window the receiver advertised
+// last holds its ACKs back (tcp's __tcp_ack_snd_check) until the
+// application reads, and on a busy CPU the sender's loss probe fires first.
+func TestRxWindowDescends(t *testing.T) {
+	objs := load(t)
+	const unit = 1024 // rcv_wscale 10, tcp_rmem's 32 MB
+	for _, tc := range []struct {
+		name      string
+		win, cur  uint64
+		left      int32
+		wantClamp uint64
+	}{
+		{"raising: at once", 64 << 10, 4 * mss, 0, 64 << 10},
+		{"unchanged", 10_000, 10_000, 5_000, 10_000},
+		{"lowering with the window used up: at once", floor, 64 << 10, 0, floor},
+		{"data beyond the window (left below zero): as none left", floor, 64 << 10, -mss, floor},
+		{"lowering while 40 KB of the window is left: 40 KB, a segment and a unit", floor, 64 << 10, 40 << 10, 40<<10 + mss + unit},
+		{"that floor above the clamp now: the clamp stays", floor, 20 << 10, 40 << 10, 20 << 10},
+		{"wanted above the floor: the wanted clamp", 32 << 10, 64 << 10, 8 << 10, 32 << 10},
+	} {
+		c := rxfreshRxdescendCase{Win: tc.win, Cur: tc.cur, Left: tc.left, Mss: mss, ScaleUnit: unit}
+		if _, err := objs.RxdescendRun.Run(&ebpf.RunOptions{Context: &c, ContextOut: &c}); err != nil {
+			t.Fatalf("%s: test run: %v", tc.name, err)
+		}
+		if c.Clamp != tc.wantClamp {
+			t.Errorf("%s: clamp %d bytes, want %d", tc.name, c.Clamp, tc.wantClamp)
+		}
+	}
+}
