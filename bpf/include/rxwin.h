@@ -17,8 +17,9 @@
  * clamps the socket's receive
  * window (TCP_WINDOW_CLAMP) to want x the flow's RTT, and at least
  * RXWIN_MIN_MSS segments. A window clamp never retracts a window already
- * advertised; it stops it from opening further, so the clamp takes hold
- * within an RTT. Marks and drops stay as the backstop.
+ * advertised; it stops it from opening further. A lower clamp is reached
+ * by halves per RTT (rxwin_descend), not at once, so that no ACK waits for
+ * it. Marks and drops stay as the backstop.
  *
  * Two guards keep the window from opening on a flow that does not use it
  * (measured with iperf3 and sockperf into a shallow port, docs/design.md,
@@ -157,8 +158,8 @@ static __always_inline __u64 rxwin_bytes(struct hbm_sock *s, __u64 rtt_us, __u32
  * fires (40 ms) or the sender's tail-loss probe comes back as a duplicate
  * (2 x srtt + 2 jiffies: 8-12 ms at HZ=250). With the receiver on a CPU of
  * its own the read comes first; on a shared CPU the probe does, and an
- * incast's RPC tail became the probe timer (docs/design.md, "ACKs held back
- * by a lowered clamp"). Lowered this way, the ACK being sent (the clamp is
+ * incast's probes came back as duplicates (docs/design.md, Ingress, issue
+ * 24's sweep). Lowered this way, the ACK being sent (the clamp is
  * set in its HDR_OPT_LEN callback) advertises the new window itself, so the
  * next one's check holds: the window shrinks by about a segment per ACK,
  * half per round trip, as fast as a sender's own multiplicative decrease. */
