@@ -28,6 +28,12 @@ enum hbm_flags {
 	HBM_F_LOOPBACK = 1 << 0, /* police loopback traffic too */
 	HBM_F_NO_DROP = 1 << 1,  /* mark only, never drop (incast protection) */
 	HBM_F_PACE = 1 << 2,     /* assist: egress pacing, ingress window clamp */
+	/* No group above this one is limited in this direction (user space
+	 * keeps it so: the topmost limited groups, the attached ones): the
+	 * policer stops its walk up the socket's cgroup path here instead of
+	 * looking up every level to the root (policy.h, police_path). Only
+	 * an optimisation: a limit without it is walked past, as before. */
+	HBM_F_TOP = 1 << 3,
 };
 
 /* cgroup levels searched for limits: a limit on a group deeper than this is

@@ -149,9 +149,22 @@ static __always_inline struct hbm_sock *sock_state(struct __sk_buff *skb, __u32 
 	return bpf_sk_storage_get(&hbm_flow_map, sk, 0, 0);
 }
 
+/* police_level's results */
+#define POLICE_PASS 0 /* go on to the level above */
+#define POLICE_DROP 1 /* dropped: stop */
+#define POLICE_TOP  2 /* passed, and no level above is limited: stop */
+
+/* police_passed is POLICE_TOP for a configuration with HBM_F_TOP, else
+ * POLICE_PASS: arithmetic, not a branch, so that the verifier does not
+ * carry two states through the rest of police_level. */
+static __always_inline int police_passed(const struct hbm_config *cfg)
+{
+	return (cfg->flags & HBM_F_TOP) >> 2;
+}
+
 /* police_level applies the limit of group id (at cgroup level lvl) to the
- * packet. It returns 1 if the packet is dropped. A global function: the
- * verifier checks it once, not once per level of the caller's loop. */
+ * packet and returns a POLICE_* result. A global function: the verifier
+ * checks it once, not once per level of the caller's loop. */
 __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, __u32 lvl)
 {
 	struct hbm_sock *s = NULL;
@@ -165,16 +178,16 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	int drop = 0, may_drop, changed;
 
 	if (!v)
-		return 0;
+		return POLICE_PASS;
 	key.dir = v->dir;
 	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
 	if (!cfg || (!cfg->ns_per_byte && !cfg->ns_per_byte_frac))
-		return 0;
+		return POLICE_PASS;
 	if (!(cfg->flags & HBM_F_LOOPBACK) && skb->ifindex == LOOPBACK_IFINDEX)
-		return 0;
+		return police_passed(cfg);
 	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 	if (!q)
-		return 0;
+		return POLICE_PASS;
 	st = &q->st;
 
 	may_drop = !(cfg->flags & HBM_F_NO_DROP);
@@ -198,7 +211,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 		/* gate.h: its timer sends it again once the backlog drained. */
 		st->gated++;
 		bpf_spin_unlock(&q->lock);
-		return 1;
+		return POLICE_DROP;
 	}
 	frac = q->frac;
 	cost = cost_ns(cfg, v->p.wire_bytes, &frac);
@@ -238,7 +251,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	bpf_spin_unlock(&q->lock);
 
 	if (drop)
-		return 1;
+		return POLICE_DROP;
 	if (v->ncharged < VERDICT_CHARGED) {
 		v->charged_id[v->ncharged & (VERDICT_CHARGED - 1)] = id;
 		v->charged_ns[v->ncharged & (VERDICT_CHARGED - 1)] = cost;
@@ -257,7 +270,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	if (xfer_share && (!v->xfer_Bps || xfer_share < v->xfer_Bps))
 		v->xfer_Bps = xfer_share;
 	if (backlog <= (__s64)cfg->mark_ns || v->candidate)
-		return 0;
+		return police_passed(cfg);
 	/* A mark-only ingress limit does not mark a TCP flow whose window the
 	 * assist holds at its two-segment floor (rxwin.h): CE cannot push it
 	 * below that either (cwnd's floor is two segments too). It would only
@@ -273,22 +286,22 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 	 * --no-pace. */
 	if (v->dir == HBM_DIR_INGRESS && (cfg->flags & HBM_F_NO_DROP) && (cfg->flags & HBM_F_PACE) &&
 	    v->ect && v->at_floor)
-		return 0;
+		return police_passed(cfg);
 
 	if (v->p.ecn != ECN_NOT_ECT) {
 		/* Already CE: the path upstream (or a level above) marked it. */
 		if (v->p.ecn != ECN_CE && !bpf_skb_ecn_set_ce(skb))
-			return 0;
+			return police_passed(cfg);
 		if (v->p.ecn != ECN_CE)
 			__sync_fetch_and_add(&st->marked, v->p.segs);
 		v->p.ecn = ECN_CE;
-		return 0;
+		return police_passed(cfg);
 	}
 	if (v->p.is_tcp && v->dir == HBM_DIR_EGRESS && cwr_roll(cfg, backlog)) {
 		__sync_fetch_and_add(&st->cwr, 1);
 		v->cn = 1;
 	}
-	return 0;
+	return police_passed(cfg);
 }
 
 /* refund takes back what the levels below a dropping one charged for the
@@ -321,29 +334,45 @@ static __always_inline void refund(struct verdict *v)
  * refunded to those below. So a child's limit is reachable inside its
  * parent's: with /p at 1gbit and /p/a at 100mbit, a UDP flood in /p/a
  * reaches /p as the 100 Mbit/s /p/a lets through (police root first, /p
- * dropped the flood and /p/a delivered 19 Mbit/s of its 100). */
-static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v)
+ * dropped the flood and /p/a delivered 19 Mbit/s of its 100). The walk
+ * ends at a limit marked HBM_F_TOP: no group above it is limited in this
+ * direction (attach.go keeps the flag), so the levels up to the root are
+ * not looked up (on a pod's path, 3-4 lookups of levels no limit is on). */
+__noinline int police_walk(struct __sk_buff *skb, struct verdict *v, __u32 depth)
 {
-	__u32 depth, lvl, i;
+	__u32 lvl, i;
+	__u64 id;
+	int r;
 
-	for (depth = 0; depth < HBM_MAX_LEVELS; depth++)
-		if (!bpf_skb_ancestor_cgroup_id(skb, depth))
-			break; /* past the socket's own group */
+	if (!v)
+		return 0;
 	for (i = 0; i < HBM_MAX_LEVELS; i++) {
-		__u64 id;
-
 		if (i >= depth)
 			break;
 		lvl = depth - 1 - i;
 		id = bpf_skb_ancestor_cgroup_id(skb, lvl);
 		if (!id)
 			continue;
-		if (police_level(skb, v, id, lvl)) {
+		r = police_level(skb, v, id, lvl);
+		if (r == POLICE_DROP) {
 			v->drop = 1;
 			refund(v);
 			break;
 		}
+		if (r == POLICE_TOP)
+			break; /* no limit above */
 	}
+	return 0;
+}
+
+static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v)
+{
+	__u32 depth;
+
+	for (depth = 0; depth < HBM_MAX_LEVELS; depth++)
+		if (!bpf_skb_ancestor_cgroup_id(skb, depth))
+			break; /* past the socket's own group */
+	police_walk(skb, v, depth);
 }
 
 #endif /* HBM_POLICY_H */

@@ -23,6 +23,15 @@ import (
 // the inner groups get theirs before the outer link is removed, and when an
 // outer limit comes, its link is made before the inner ones go. Either way a
 // packet may briefly be charged twice, never not at all.
+//
+// A topmost limited group's configuration carries HBM_F_TOP: no group above
+// it is limited in that direction, so the programs stop walking a socket's
+// cgroup path there instead of looking up every level to the root (the
+// lookups of unlimited levels were most of a packet's cost on a pod's
+// path). A group loses the flag before a limit above it is written
+// (untopBelow) and gets it when the limit above goes (uncover): a
+// configuration without it is only walked past, as before, so every step
+// in between is safe to kill.
 
 func (m *Manager) linkPath(id uint64, d Direction) string {
 	return filepath.Join(m.dir, linksDir, fmt.Sprintf("%d-%s", id, d))
@@ -236,7 +245,8 @@ func (m *Manager) cover(g cgroup.Group, d Direction) error {
 }
 
 // uncover prepares g's attachment on d to go: every limited group below g
-// that it served gets an attachment of its own (the topmost ones).
+// that it served gets an attachment of its own (the topmost ones), and the
+// top flag once attached (g's configuration is gone by then).
 func (m *Manager) uncover(g cgroup.Group, d Direction) error {
 	return m.walkBelow(g, func(sub cgroup.Group) (bool, error) {
 		if m.hasLink(sub.ID, d) {
@@ -245,12 +255,98 @@ func (m *Manager) uncover(g cgroup.Group, d Direction) error {
 			}
 			// Serves its own subtree already; a killed attach may have
 			// left its assist out: attach keeps what is there.
-			return true, m.attach(sub, d)
+			if err := m.attach(sub, d); err != nil {
+				return true, err
+			}
+			return true, m.retop(sub, d)
 		}
 		if !m.limited(sub.ID, d) {
 			return false, nil
 		}
-		return true, m.attach(sub, d)
+		if err := m.attach(sub, d); err != nil {
+			return true, err
+		}
+		return true, m.retop(sub, d)
+	})
+}
+
+// withTop returns cfg, the configuration of g's direction d, with
+// HBM_F_TOP set if no group above g is limited in d (top).
+func (m *Manager) withTop(g cgroup.Group, d Direction, cfg hbmHbmConfig) hbmHbmConfig {
+	cfg.Flags &^= hbmHbmFlagsHBM_F_TOP
+	if m.top(g, d) {
+		cfg.Flags |= hbmHbmFlagsHBM_F_TOP
+	}
+	return cfg
+}
+
+// top reports whether no group above g is limited in direction d, as far
+// as hbm can see: false when the cgroup2 mount is not the root of the whole
+// tree (a cgroup namespace: the groups above it are out of sight) or a
+// group on the way cannot be read.
+func (m *Manager) top(g cgroup.Group, d Direction) bool {
+	if g.Dir == "" || !m.mountIsRoot() {
+		return false
+	}
+	for dir := g.Dir; dir != m.mount; {
+		if dir == "/" || dir == "." {
+			return false // not below the mount
+		}
+		dir = filepath.Dir(dir)
+		if id := dirID(dir); id == 0 || m.limited(id, d) {
+			return false
+		}
+	}
+	return true
+}
+
+// mountIsRoot reports (once per Manager) whether the cgroup2 mount is the
+// root of the whole cgroup tree, level 0 as the programs count.
+func (m *Manager) mountIsRoot() bool {
+	if m.rootLevel == 0 {
+		m.rootLevel = 2
+		if lvl, err := cgroup.Level(cgroup.Group{Dir: m.mount, Rel: "/"}); err == nil && lvl == 0 {
+			m.rootLevel = 1
+		}
+	}
+	return m.rootLevel == 1
+}
+
+// retop sets or clears g's top flag on d (withTop), if g is limited there.
+func (m *Manager) retop(g cgroup.Group, d Direction) error {
+	k := key(g.ID, d)
+	var cur hbmHbmConfig
+	if m.st.limits.Lookup(&k, &cur) != nil {
+		return nil
+	}
+	cfg := m.withTop(g, d, cur)
+	if cfg == cur {
+		return nil
+	}
+	if err := m.st.limits.Update(&k, &cfg, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("update limit of %s %v: %w", g, d, err)
+	}
+	return nil
+}
+
+// untopBelow clears the top flag of every limited group below g on d:
+// before g's own limit is written, so that no packet of theirs stops short
+// of it.
+func (m *Manager) untopBelow(g cgroup.Group, d Direction) error {
+	if g.Dir == "" {
+		return nil
+	}
+	return m.walkBelow(g, func(sub cgroup.Group) (bool, error) {
+		k := key(sub.ID, d)
+		var cur hbmHbmConfig
+		if m.st.limits.Lookup(&k, &cur) != nil || cur.Flags&hbmHbmFlagsHBM_F_TOP == 0 {
+			return false, nil
+		}
+		cur.Flags &^= hbmHbmFlagsHBM_F_TOP
+		if err := m.st.limits.Update(&k, &cur, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return true, fmt.Errorf("update limit of %s %v: %w", sub, d, err)
+		}
+		return false, nil
 	})
 }
 

@@ -38,6 +38,9 @@ type Manager struct {
 	st    *state
 	progs *hbmPrograms // loaded on first use
 	steps int          // change steps done, for the kill tests (step)
+	// rootLevel: 0 not yet known, 1 the mount is the whole tree's root,
+	// 2 it is not (mountIsRoot).
+	rootLevel int
 }
 
 // ErrNotFound means no limit is set for that group and direction.
@@ -329,6 +332,7 @@ func (m *Manager) setSteps(g cgroup.Group, d Direction, l Limit) error {
 	k := key(g.ID, d)
 	var cur hbmHbmConfig
 	if m.st.limits.Lookup(&k, &cur) == nil && m.coveredBy(g, d) != 0 {
+		cfg = m.withTop(g, d, cfg)
 		if err := m.st.limits.Update(&k, &cfg, ebpf.UpdateExist); err != nil {
 			return fmt.Errorf("update limit of %s: %w", g, err)
 		}
@@ -372,6 +376,7 @@ func (m *Manager) set(g cgroup.Group, d Direction, l Limit) error {
 	k := key(g.ID, d)
 	var cur hbmHbmConfig
 	if m.st.limits.Lookup(&k, &cur) == nil && m.coveredBy(g, d) != 0 {
+		cfg = m.withTop(g, d, cfg)
 		if err := m.st.limits.Update(&k, &cfg, ebpf.UpdateExist); err != nil {
 			return fmt.Errorf("update limit of %s: %w", g, err)
 		}
@@ -405,6 +410,10 @@ func (m *Manager) set(g cgroup.Group, d Direction, l Limit) error {
 // configuration last: a packet that finds it finds the rest.
 func (m *Manager) create(g cgroup.Group, d Direction, cfg hbmHbmConfig) error {
 	k := key(g.ID, d)
+	if err := m.untopBelow(g, d); err != nil {
+		return err
+	}
+	cfg = m.withTop(g, d, cfg)
 	if err := m.st.queues.Update(&k, &hbmHbmQueue{}, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 		return fmt.Errorf("create queue for %s: %w", g, err)
 	}

@@ -49,6 +49,7 @@ const (
 	hbmHbmFlagsHBM_F_LOOPBACK hbmHbmFlags = 1
 	hbmHbmFlagsHBM_F_NO_DROP  hbmHbmFlags = 2
 	hbmHbmFlagsHBM_F_PACE     hbmHbmFlags = 4
+	hbmHbmFlagsHBM_F_TOP      hbmHbmFlags = 8
 )
 
 type hbmHbmKey struct {
