@@ -82,7 +82,7 @@ int hbm_egress(struct __sk_buff *skb)
 			v.counted = 1;
 		}
 	}
-	police_path(skb, &v);
+	police_path(skb, &v, s);
 	if (s) {
 		s->want_Bps = v.want_Bps;
 		s->xfer_Bps = v.xfer_Bps;
@@ -118,7 +118,7 @@ int hbm_ingress(struct __sk_buff *skb)
 	}
 	if (v.p.is_tcp)
 		v.protected = rx_protected(&v.p, tp, s, v.now);
-	police_path(skb, &v);
+	police_path(skb, &v, s);
 	if (s) {
 		s->want_Bps = v.want_Bps;
 		if (v.candidate)

@@ -134,21 +134,6 @@ static __always_inline int cwr_roll(const struct hbm_config *cfg, __s64 backlog)
 	return (bpf_get_prandom_u32() % CWR_RAMP_STEPS) < excess * CWR_RAMP_STEPS / span;
 }
 
-/* sock_state returns the socket's assist state of direction dir, if it has one. */
-static __always_inline struct hbm_sock *sock_state(struct __sk_buff *skb, __u32 dir)
-{
-	struct bpf_sock *sk = skb->sk;
-
-	if (!sk)
-		return NULL;
-	sk = bpf_sk_fullsock(sk);
-	if (!sk)
-		return NULL;
-	if (dir == HBM_DIR_INGRESS)
-		return bpf_sk_storage_get(&hbm_rx_map, sk, 0, 0);
-	return bpf_sk_storage_get(&hbm_flow_map, sk, 0, 0);
-}
-
 /* police_level's results */
 #define POLICE_PASS 0 /* go on to the level above */
 #define POLICE_DROP 1 /* dropped: stop */
@@ -163,9 +148,12 @@ static __always_inline int police_passed(const struct hbm_config *cfg)
 }
 
 /* police_level applies the limit of group id (at cgroup level lvl) to the
- * packet and returns a POLICE_* result. A global function: the verifier
- * checks it once, not once per level of the caller's loop. */
-__noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, __u32 lvl)
+ * packet and returns a POLICE_* result; sk is the socket's assist state of
+ * the packet's direction (NULL: none), fetched once per packet by the
+ * program. A global function: the verifier checks it once, not once per
+ * level of the caller's loop. */
+__noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm_sock *sk, __u64 id,
+			    __u32 lvl)
 {
 	struct hbm_sock *s = NULL;
 	struct hbm_key key = { .cgroup_id = id };
@@ -203,7 +191,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, __u64 id, 
 			may_drop = 0;
 	}
 	if ((cfg->flags & HBM_F_PACE) && v->counted)
-		s = sock_state(skb, v->dir);
+		s = sk;
 
 	bpf_spin_lock(&q->lock);
 	backlog = vq_clamp(q, cfg, v->now);
@@ -338,7 +326,7 @@ static __always_inline void refund(struct verdict *v)
  * ends at a limit marked HBM_F_TOP: no group above it is limited in this
  * direction (attach.go keeps the flag), so the levels up to the root are
  * not looked up (on a pod's path, 3-4 lookups of levels no limit is on). */
-__noinline int police_walk(struct __sk_buff *skb, struct verdict *v, __u32 depth)
+__noinline int police_walk(struct __sk_buff *skb, struct verdict *v, struct hbm_sock *s, __u32 depth)
 {
 	__u32 lvl, i;
 	__u64 id;
@@ -353,7 +341,7 @@ __noinline int police_walk(struct __sk_buff *skb, struct verdict *v, __u32 depth
 		id = bpf_skb_ancestor_cgroup_id(skb, lvl);
 		if (!id)
 			continue;
-		r = police_level(skb, v, id, lvl);
+		r = police_level(skb, v, s, id, lvl);
 		if (r == POLICE_DROP) {
 			v->drop = 1;
 			refund(v);
@@ -365,14 +353,14 @@ __noinline int police_walk(struct __sk_buff *skb, struct verdict *v, __u32 depth
 	return 0;
 }
 
-static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v)
+static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v, struct hbm_sock *s)
 {
 	__u32 depth;
 
 	for (depth = 0; depth < HBM_MAX_LEVELS; depth++)
 		if (!bpf_skb_ancestor_cgroup_id(skb, depth))
 			break; /* past the socket's own group */
-	police_walk(skb, v, depth);
+	police_walk(skb, v, s, depth);
 }
 
 #endif /* HBM_POLICY_H */
