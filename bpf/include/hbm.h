@@ -11,9 +11,10 @@
  *               own bpf_spin_lock; never written by user space after creation,
  *               so a rate change keeps it.
  * A packet is charged to every limited group on its socket's cgroup path
- * (ancestors found with bpf_skb_ancestor_cgroup_id, root first), so nested
- * limits hold together and the cost per packet does not grow with the number
- * of groups, only with the socket's cgroup depth.
+ * (ancestors found with bpf_skb_ancestor_cgroup_id, its own group first, up
+ * to the topmost limited group: HBM_F_TOP), so nested limits hold together
+ * and the cost per packet does not grow with the number of groups, only with
+ * the levels between the socket's group and the topmost limit.
  */
 #ifndef HBM_H
 #define HBM_H
