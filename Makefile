@@ -4,8 +4,8 @@ BIN       := bin/hbm
 BPF_SRC   := $(wildcard bpf/*.bpf.c bpf/include/*.h)
 GO_SRC    := $(shell find cmd internal -name '*.go' -not -name '*_test.go')
 ARCH_INC  := /usr/include/$(shell uname -m)-linux-gnu
-export BPF_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/include -I$(ARCH_INC)
-export BPF_CORE_CFLAGS := -O2 -g -Wall -Werror -I$(CURDIR)/bpf/vmlinux -I$(CURDIR)/bpf/include
+export BPF_CFLAGS := -O2 -g -Wall -Werror -fdebug-prefix-map=$(CURDIR)=. -I$(CURDIR)/bpf/include -I$(ARCH_INC)
+export BPF_CORE_CFLAGS := -O2 -g -Wall -Werror -fdebug-prefix-map=$(CURDIR)=. -I$(CURDIR)/bpf/vmlinux -I$(CURDIR)/bpf/include
 
 .PHONY: all build generate vmlinux deps k8s-bins node-bins test test-k8s test-node test-upgrade test-unit test-priv demo bench clean
 
@@ -19,6 +19,9 @@ deps:
 ## Needs clang (make deps installs it); the kernel types come from the
 ## checked-in bpf/vmlinux/vmlinux.h (CO-RE relocates them on the running
 ## kernel), so the build does not depend on the build host's kernel.
+## The objects are reproducible: -fdebug-prefix-map keeps the checkout's
+## path out of their BTF, so a build in any clone leaves them byte for byte
+## as committed (.ci/run fails otherwise).
 generate:
 	@command -v clang >/dev/null || { echo "clang not found: run 'make deps' (as root) first" >&2; exit 1; }
 	$(GO) generate ./internal/...
