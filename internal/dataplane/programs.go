@@ -119,3 +119,42 @@ func pinPrograms(p *hbmPrograms, root, hash string) error {
 	}
 	return nil
 }
+
+// VerifierLimit is the most instructions the kernel's verifier processes
+// for one program (BPF_COMPLEXITY_LIMIT_INSNS) before it refuses it.
+const VerifierLimit = 1_000_000
+
+// ProgramVerdict is what the verifier made of one of HBM's programs.
+type ProgramVerdict struct {
+	Name string
+	// Instructions the verifier processed (0: the kernel does not say).
+	Instructions uint32
+}
+
+// Verify loads HBM's programs on the running kernel with maps of their own
+// (nothing pinned, nothing attached: what `hbm set` loads, without touching
+// its state) and returns the verifier's count for each. An error is the
+// verifier's refusal, with its log.
+func Verify() ([]ProgramVerdict, error) {
+	var objs hbmObjects
+	if err := loadHbmObjects(&objs, nil); err != nil {
+		return nil, loadError(err)
+	}
+	defer objs.Close()
+	var out []ProgramVerdict
+	for _, p := range []struct {
+		name string
+		prog *ebpf.Program
+	}{
+		{hbmProgHbmEgress, objs.HbmEgress}, {hbmProgHbmIngress, objs.HbmIngress},
+		{hbmProgHbmPaceOps, objs.HbmPaceOps}, {hbmProgHbmRxwinOps, objs.HbmRxwinOps},
+		{hbmProgHbmSockets, objs.HbmSockets},
+	} {
+		v := ProgramVerdict{Name: p.name}
+		if info, err := p.prog.Info(); err == nil {
+			v.Instructions, _ = info.VerifiedInstructions()
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

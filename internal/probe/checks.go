@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/dataplane"
 )
 
 // Paths the checks read; variables so that tests can point them elsewhere.
@@ -442,6 +443,27 @@ func checkCgroupLevel() (string, string, error) {
 		return "", hint, err
 	}
 	return fmt.Sprintf("the cgroup mount's root is at level %d", lvl), "", nil
+}
+
+// checkPrograms loads HBM's own programs (private maps, nothing pinned or
+// attached) and reports the verifier's verdict: the checks above probe
+// features one at a time, and a kernel can have each and still refuse the
+// whole (an older verifier's limits, a helper in a program type).
+func checkPrograms() (string, string, error) {
+	const hint = "the kernel's verifier refuses HBM's programs: hbm set would fail the same way (the error has the verifier's log)"
+	vs, err := dataplane.Verify()
+	if err != nil {
+		return "", hint, err
+	}
+	var parts []string
+	for _, v := range vs {
+		if v.Instructions == 0 {
+			parts = append(parts, v.Name+" loaded")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d%%", v.Name, (uint64(v.Instructions)*100+dataplane.VerifierLimit-1)/dataplane.VerifierLimit))
+	}
+	return "verified (share of the verifier's limit): " + strings.Join(parts, ", "), "", nil
 }
 
 func checkCgroupLink() (string, string, error) {

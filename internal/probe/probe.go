@@ -68,6 +68,7 @@ func Checks() []Check {
 		{"spin_lock", "bpf_spin_lock in hash map", Required, checkSpinLock},
 		{"cgroup_level", "cgroup iterator (levels)", Required, checkCgroupLevel},
 		{"cgroup_link", "cgroup BPF links", Required, checkCgroupLink},
+		{"programs", "HBM's programs verified", Required, checkPrograms},
 		{"struct_ops", "struct_ops TCP CC", Optional, checkStructOps},
 		{"bpf_stats", "bpf_stats_enabled", Optional, checkBPFStats},
 		{"tcp_cc", "TCP congestion control", Info, checkTCPCC},
