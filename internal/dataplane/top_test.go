@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,27 +52,14 @@ func topGroups(t testing.TB, top string, rels ...string) map[string]cgroup.Group
 // socket takes the cgroup of the task that runs it.
 func enterGroup(t testing.TB, g cgroup.Group) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var orig string
-	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "0::"); ok {
-			orig = rest
-		}
-	}
 	mnt, err := cgroup.Mount()
-	if err != nil || orig == "" {
-		t.Fatalf("this process's cgroup2 group: %q, %v", orig, err)
+	if err != nil {
+		t.Fatalf("cgroup2 mount: %v", err)
 	}
-	pid := []byte(strconv.Itoa(os.Getpid()))
-	if err := os.WriteFile(filepath.Join(g.Dir, "cgroup.procs"), pid, 0); err != nil {
-		t.Fatalf("move into %s: %v", g, err)
-	}
+	back := testutil.EnterCgroup(t, mnt, g.Dir)
 	t.Cleanup(func() {
-		if err := os.WriteFile(filepath.Join(mnt, orig, "cgroup.procs"), pid, 0); err != nil {
-			t.Errorf("move back to %s: %v", orig, err)
+		if err := back(); err != nil {
+			t.Error(err)
 		}
 	})
 }

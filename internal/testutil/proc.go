@@ -111,3 +111,34 @@ func LastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// EnterCgroup moves this process into the cgroup directory dir (mount is the
+// cgroup2 mount, as cgroup.Mount finds it) and returns the move back to the
+// group it was in. Sockets made in between belong to dir (a socket keeps
+// the cgroup it was created in), as does a BPF test run's socket.
+func EnterCgroup(tb testing.TB, mount, dir string) (back func() error) {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var own string
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			own = rest
+		}
+	}
+	if own == "" {
+		tb.Fatalf("this process's cgroup2 group: none in %q", b)
+	}
+	pid := []byte(fmt.Sprint(os.Getpid()))
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0); err != nil {
+		tb.Fatalf("enter %s: %v", dir, err)
+	}
+	return func() error {
+		if err := os.WriteFile(filepath.Join(mount, own, "cgroup.procs"), pid, 0); err != nil {
+			return fmt.Errorf("back to %s: %w", own, err)
+		}
+		return nil
+	}
+}

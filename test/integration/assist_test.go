@@ -7,11 +7,7 @@ package integration
 import (
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
 // inCgroup runs fn with the test process in the cgroup directory dir, so the
@@ -27,27 +24,14 @@ import (
 // cgroup before inCgroup returns.
 func inCgroup(t *testing.T, dir string, fn func()) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var own string
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "0::"); ok {
-			own = rest
-		}
-	}
 	m, err := cgroup.Mount()
-	if err != nil || own == "" {
-		t.Fatalf("own cgroup: %q, %v", own, err)
+	if err != nil {
+		t.Fatalf("cgroup2 mount: %v", err)
 	}
-	pid := []byte(strconv.Itoa(os.Getpid()))
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0); err != nil {
-		t.Fatalf("enter %s: %v", dir, err)
-	}
+	back := testutil.EnterCgroup(t, m, dir)
 	defer func() {
-		if err := os.WriteFile(filepath.Join(m, own, "cgroup.procs"), pid, 0); err != nil {
-			t.Fatalf("back to %s: %v", own, err)
+		if err := back(); err != nil {
+			t.Fatal(err)
 		}
 	}()
 	fn()
