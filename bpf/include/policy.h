@@ -142,6 +142,8 @@ static __always_inline int cwr_roll(const struct hbm_config *cfg, __s64 backlog)
 /* police_passed is POLICE_TOP for a configuration with HBM_F_TOP, else
  * POLICE_PASS: arithmetic, not a branch, so that the verifier does not
  * carry two states through the rest of police_level. */
+_Static_assert(HBM_F_TOP >> 2 == POLICE_TOP, "police_passed shifts HBM_F_TOP onto POLICE_TOP");
+
 static __always_inline int police_passed(const struct hbm_config *cfg)
 {
 	return (cfg->flags & HBM_F_TOP) >> 2;

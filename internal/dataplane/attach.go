@@ -312,21 +312,9 @@ func (m *Manager) mountIsRoot() bool {
 	return m.rootLevel == 1
 }
 
-// retop sets or clears g's top flag on d (withTop), if g is limited there.
+// retop sets or clears g's top flag on d as withTop would.
 func (m *Manager) retop(g cgroup.Group, d Direction) error {
-	k := key(g.ID, d)
-	var cur hbmHbmConfig
-	if m.st.limits.Lookup(&k, &cur) != nil {
-		return nil
-	}
-	cfg := m.withTop(g, d, cur)
-	if cfg == cur {
-		return nil
-	}
-	if err := m.st.limits.Update(&k, &cfg, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("update limit of %s %v: %w", g, d, err)
-	}
-	return nil
+	return m.setTop(g, d, m.top(g, d))
 }
 
 // untopBelow clears the top flag of every limited group below g on d:
@@ -337,17 +325,29 @@ func (m *Manager) untopBelow(g cgroup.Group, d Direction) error {
 		return nil
 	}
 	return m.walkBelow(g, func(sub cgroup.Group) (bool, error) {
-		k := key(sub.ID, d)
-		var cur hbmHbmConfig
-		if m.st.limits.Lookup(&k, &cur) != nil || cur.Flags&hbmHbmFlagsHBM_F_TOP == 0 {
-			return false, nil
-		}
-		cur.Flags &^= hbmHbmFlagsHBM_F_TOP
-		if err := m.st.limits.Update(&k, &cur, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return true, fmt.Errorf("update limit of %s %v: %w", sub, d, err)
-		}
-		return false, nil
+		return false, m.setTop(sub, d, false)
 	})
+}
+
+// setTop sets (on) or clears g's top flag on d, if g is limited there.
+func (m *Manager) setTop(g cgroup.Group, d Direction, on bool) error {
+	k := key(g.ID, d)
+	var cur hbmHbmConfig
+	if m.st.limits.Lookup(&k, &cur) != nil {
+		return nil
+	}
+	cfg := cur
+	cfg.Flags &^= hbmHbmFlagsHBM_F_TOP
+	if on {
+		cfg.Flags |= hbmHbmFlagsHBM_F_TOP
+	}
+	if cfg == cur {
+		return nil
+	}
+	if err := m.st.limits.Update(&k, &cfg, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("update limit of %s %v: %w", g, d, err)
+	}
+	return nil
 }
 
 func (m *Manager) limited(id uint64, d Direction) bool {

@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 )
@@ -104,10 +106,7 @@ func pinPrograms(p *hbmPrograms, root, hash string) error {
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return fmt.Errorf("pin programs: %w", err)
 	}
-	for name, prog := range map[string]*ebpf.Program{
-		hbmProgHbmEgress: p.HbmEgress, hbmProgHbmIngress: p.HbmIngress,
-		hbmProgHbmPaceOps: p.HbmPaceOps, hbmProgHbmRxwinOps: p.HbmRxwinOps, hbmProgHbmSockets: p.HbmSockets,
-	} {
+	for name, prog := range namedPrograms(p) {
 		if err := pinAlso(prog, filepath.Join(tmp, name)); err != nil {
 			os.RemoveAll(tmp)
 			return fmt.Errorf("pin program %s: %w", name, err)
@@ -118,6 +117,14 @@ func pinPrograms(p *hbmPrograms, root, hash string) error {
 		return fmt.Errorf("pin programs: %w", err)
 	}
 	return nil
+}
+
+// namedPrograms is every program of p by its name in the object.
+func namedPrograms(p *hbmPrograms) map[string]*ebpf.Program {
+	return map[string]*ebpf.Program{
+		hbmProgHbmEgress: p.HbmEgress, hbmProgHbmIngress: p.HbmIngress,
+		hbmProgHbmPaceOps: p.HbmPaceOps, hbmProgHbmRxwinOps: p.HbmRxwinOps, hbmProgHbmSockets: p.HbmSockets,
+	}
 }
 
 // VerifierLimit is the most instructions the kernel's verifier processes
@@ -142,16 +149,10 @@ func Verify() ([]ProgramVerdict, error) {
 	}
 	defer objs.Close()
 	var out []ProgramVerdict
-	for _, p := range []struct {
-		name string
-		prog *ebpf.Program
-	}{
-		{hbmProgHbmEgress, objs.HbmEgress}, {hbmProgHbmIngress, objs.HbmIngress},
-		{hbmProgHbmPaceOps, objs.HbmPaceOps}, {hbmProgHbmRxwinOps, objs.HbmRxwinOps},
-		{hbmProgHbmSockets, objs.HbmSockets},
-	} {
-		v := ProgramVerdict{Name: p.name}
-		if info, err := p.prog.Info(); err == nil {
+	progs := namedPrograms(&objs.hbmPrograms)
+	for _, name := range slices.Sorted(maps.Keys(progs)) {
+		v := ProgramVerdict{Name: name}
+		if info, err := progs[name].Info(); err == nil {
 			v.Instructions, _ = info.VerifiedInstructions()
 		}
 		out = append(out, v)
