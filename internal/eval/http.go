@@ -445,6 +445,7 @@ func parseWrk(out string) (*httpResult, error) {
 var (
 	abFieldRE = regexp.MustCompile(`(?m)^([A-Za-z][A-Za-z -]*[a-z]):\s+([\d.]+)`)
 	abPctRE   = regexp.MustCompile(`(?m)^\s*(\d+)%\s+(\d+)`)
+	abTotalRE = regexp.MustCompile(`(?m)^Total:\s+\d+\s+\d+\s+[\d.]+\s+\d+\s+(\d+)\s*$`)
 )
 
 // parseAB reads ab's report. Its percentiles are of the whole request,
@@ -472,7 +473,19 @@ func parseAB(out string) (*httpResult, error) {
 	}
 	_, table, ok := strings.Cut(out, "Percentage of the requests served within a certain time (ms)")
 	if !ok {
-		if r.Requests > 0 {
+		switch {
+		case r.Requests == 1:
+			// ab prints percentiles only for two requests or more; one
+			// request's time is its "Total:" connection time (min mean
+			// [+/-sd] median max), as a 10 MB response to each of 8
+			// clients in a 2 s warm-up leaves it.
+			m := abTotalRE.FindStringSubmatch(out)
+			if m == nil {
+				return nil, errors.New("one request and no connection times: " + fmt.Sprintf("%.300q", out))
+			}
+			v, _ := strconv.ParseFloat(m[1], 64)
+			r.P50, r.P90, r.P99, r.Max = v*1e3, v*1e3, v*1e3, v*1e3
+		case r.Requests > 1:
 			return nil, errors.New("no percentile table: " + fmt.Sprintf("%.300q", out))
 		}
 		return r, nil

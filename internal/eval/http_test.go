@@ -109,6 +109,16 @@ func TestParseAB(t *testing.T) {
 	if r.Requests != 449 || r.P50 != 51000 || r.P99 != 73000 || r.Max != 73000 || r.ReqPerSec != 147.76 {
 		t.Errorf("ab-10MB: %+v", r)
 	}
+	// One request: ab prints no percentiles, its time is the Total line's.
+	ab10 := readTestdata(t, "ab-10MB.txt")
+	one := strings.Replace(ab10[:strings.Index(ab10, "Percentage of the requests")], "Complete requests:      449", "Complete requests:      1", 1)
+	one = strings.Replace(one, "Total:         46   53   6.7     51      73", "Total:        269  269   0.0    269     269", 1)
+	if r, err := parseAB(one); err != nil || r.Requests != 1 || r.P50 != 269000 || r.P99 != 269000 || r.Max != 269000 {
+		t.Errorf("one request: %+v %v", r, err)
+	}
+	if _, err := parseAB(strings.Replace(one, "Total:        269", "Totally:      269", 1)); err == nil {
+		t.Errorf("one request without its Total line taken")
+	}
 	// Failures counted; a report cut before its figures refused.
 	failed := strings.Replace(readTestdata(t, "ab-100KB.txt"), "Failed requests:        0", "Failed requests:        7\n   (Connect: 0, Receive: 0, Length: 7, Exceptions: 0)", 1)
 	if r, err := parseAB(failed); err != nil || r.Errors != 7 {
