@@ -365,6 +365,31 @@ static __always_inline __s64 share_target_ns(const struct hbm_queue *q, const st
 	return p > t ? p : t;
 }
 
+#define FLOOR_CUT_MAX  (1U << 15) /* the floor goes down to half at most ... */
+#define FLOOR_CUT_UP   (1U << 12) /* ... by 1/16 per interval ... */
+#define FLOOR_CUT_DOWN (1U << 10) /* ... and comes back by 1/64 per interval */
+
+/* floor_steer lowers the egress share's floor while the group's standing
+ * queue (the least backlog of a control interval) stays above the drop-large
+ * threshold, and lifts it back once the queue drains below the loop's
+ * target. Above that threshold the policer refuses every packet it may, so
+ * a queue that never drains is made of packets it may not refuse (paced
+ * flows with fewer than two packets out): the caps together exceed the
+ * rate and the excess is forgotten at the backlog's bound (measured: 32
+ * clients of 100 KB responses, every response paced at the floor, 1.04 of
+ * the limit and 0.4 s of backlog forgotten in 10 s). Called at the end of a
+ * control interval with the queue locked. */
+static __always_inline void floor_steer(struct hbm_queue *q, const struct hbm_config *cfg, __s64 standing)
+{
+	__u32 cut = q->floor_cut;
+
+	if (standing > (__s64)cfg->drop_large_ns)
+		cut = cut + FLOOR_CUT_UP < FLOOR_CUT_MAX ? cut + FLOOR_CUT_UP : FLOOR_CUT_MAX;
+	else if (standing <= (__s64)share_target_ns(q, cfg, 1))
+		cut = cut > FLOOR_CUT_DOWN ? cut - FLOOR_CUT_DOWN : 0;
+	q->floor_cut = cut;
+}
+
 /* share_update accounts a packet to the control interval and, when one ends,
  * corrects the group's share. Called with the queue locked. Bounds keep
  * products below 2^63: rates <= 5e10 bytes/s, the ratio <= 2^17, bytes per
@@ -441,6 +466,8 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 				backlog = q->ctl_min_backlog_ns;
 		}
 		q->ctl_min_backlog_ns = 0x7fffffffffffffffLL;
+		if (egress)
+			floor_steer(q, cfg, backlog);
 		excess = backlog - share_target_ns(q, cfg, egress);
 		left = (__s64)drain - excess;
 		if (left < (__s64)(drain >> 4))
@@ -504,6 +531,7 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		n += (__u32)(((__u64)n * (u < room ? u : room)) / (room ? room : 1));
 		floor = c / n;
 		floor -= floor >> 6;
+		floor -= floor * (q->floor_cut & 0xffff) >> 16;
 	} else {
 		floor = fair - (fair >> 6);
 	}

@@ -118,7 +118,7 @@ type hbmHbmQueue struct {
 	CtlLenNs        uint64
 	CtlMinNs        uint64
 	Recount         uint32
-	Pad             uint32
+	FloorCut        uint32
 	CtlMinBacklogNs int64
 	CtlUnpaced      uint64
 	UnpacedBps      uint64

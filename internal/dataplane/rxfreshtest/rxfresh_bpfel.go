@@ -102,7 +102,7 @@ type rxfreshHbmQueue struct {
 	CtlLenNs        uint64
 	CtlMinNs        uint64
 	Recount         uint32
-	Pad             uint32
+	FloorCut        uint32
 	CtlMinBacklogNs int64
 	CtlUnpaced      uint64
 	UnpacedBps      uint64
