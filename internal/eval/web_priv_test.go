@@ -47,20 +47,25 @@ func TestWebServerHoldsLimit(t *testing.T) {
 		size    int
 		clients int
 		lo, hi  float64
+		tail    float64 // most request P99 / P50 (0: not checked)
 	}{
 		// New connections: responses of 10 and 30 KB leave in TCP's
 		// unpaced first flight, held only by the handshake gate
 		// (bpf/include/gate.h); without it 10 KB escaped 4-5x, 30 KB 1.3x.
-		{"web-new-200m", 10 << 10, 32, 0.80, 1.15},
-		{"web-new-200m", 30 << 10, 32, 0.85, 1.15},
-		{"web-new-200m", 100 << 10, 32, 0.85, 1.15},
+		{"web-new-200m", 10 << 10, 32, 0.80, 1.15, 0},
+		{"web-new-200m", 30 << 10, 32, 0.85, 1.15, 0},
+		{"web-new-200m", 100 << 10, 32, 0.85, 1.15, 0},
 		// Every response paced at the share's floor, each packet with
 		// fewer than two out (so never refused): the floor gives way
 		// while the queue stands above drop-large (share.h,
 		// floor_steer); without that 1.23.
-		{"web-new-200m", 30 << 10, 64, 0.85, 1.10},
-		{"web-keepalive-200m", 100 << 10, 64, 0.85, 1.10},
-		{"web-keepalive-200m", 10 << 10, 64, 0.85, 1.15},
+		{"web-new-200m", 30 << 10, 64, 0.85, 1.10, 0},
+		{"web-keepalive-200m", 100 << 10, 64, 0.85, 1.10, 0},
+		// Keep-alive connections take up a new cap a response later: a
+		// loop that drained its backlog within one control interval swung
+		// every cap 0.5-1.5x and the P99 was 2.1-2.2x the median (htb
+		// 1.1); draining over four intervals, 1.2-1.3.
+		{"web-keepalive-200m", 10 << 10, 64, 0.85, 1.15, 1.7},
 	} {
 		scens, err := Load([]string{c.scen})
 		if err != nil {
@@ -84,6 +89,15 @@ func TestWebServerHoldsLimit(t *testing.T) {
 		for _, cl := range res.Runs[0].Classes {
 			if cl.HTTPErrors != 0 {
 				t.Errorf("%s, %d B responses to %d clients: %d failed requests (%s)", c.scen, c.size, c.clients, cl.HTTPErrors, cl.HTTPClient)
+			}
+		}
+		if c.tail > 0 {
+			lat := res.Runs[0].Classes[0].Latency
+			if lat == nil || lat.P50 <= 0 {
+				t.Errorf("%s, %d B responses to %d clients: no request latency", c.scen, c.size, c.clients)
+			} else if t.Logf("%s %d B x %d: P50 %.1f ms, P99 %.1f ms", c.scen, c.size, c.clients, lat.P50/1e3, lat.P99/1e3); lat.P99 > c.tail*lat.P50 {
+				t.Errorf("%s, %d B responses to %d clients: request P99 %.1f ms is %.2fx the median %.1f ms, want at most %.1fx",
+					c.scen, c.size, c.clients, lat.P99/1e3, lat.P99/lat.P50, lat.P50/1e3, c.tail)
 			}
 		}
 		if g.Share < c.lo || g.Share > c.hi {
