@@ -378,15 +378,17 @@ static __always_inline __s64 share_target_ns(const struct hbm_queue *q, const st
  * flows with fewer than two packets out): the caps together exceed the
  * rate and the excess is forgotten at the backlog's bound (measured: 32
  * clients of 100 KB responses, every response paced at the floor, 1.04 of
- * the limit and 0.4 s of backlog forgotten in 10 s). Called at the end of a
- * control interval with the queue locked. */
-static __always_inline void floor_steer(struct hbm_queue *q, const struct hbm_config *cfg, __s64 standing)
+ * the limit and 0.4 s of backlog forgotten in 10 s). target_ns is the
+ * loop's target (share_target_ns). Called at the end of a control interval
+ * with the queue locked. */
+static __always_inline void floor_steer(struct hbm_queue *q, const struct hbm_config *cfg, __s64 standing,
+					__s64 target_ns)
 {
 	__u32 cut = q->floor_cut;
 
 	if (standing > (__s64)cfg->drop_large_ns)
 		cut = cut + FLOOR_CUT_UP < FLOOR_CUT_MAX ? cut + FLOOR_CUT_UP : FLOOR_CUT_MAX;
-	else if (standing <= (__s64)share_target_ns(q, cfg, 1))
+	else if (standing <= target_ns)
 		cut = cut > FLOOR_CUT_DOWN ? cut - FLOOR_CUT_DOWN : 0;
 	q->floor_cut = cut;
 }
@@ -403,7 +405,7 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	__u64 room, floor, drain = SHARE_DRAIN_NS, u;
 	__u32 n;
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
-	__s64 excess, left;
+	__s64 excess, left, target_ns;
 	int over;
 
 	ceil = rate * pq >> 16;
@@ -472,15 +474,21 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 				backlog = q->ctl_min_backlog_ns;
 		}
 		q->ctl_min_backlog_ns = 0x7fffffffffffffffLL;
+		target_ns = share_target_ns(q, cfg, egress);
 		if (egress)
-			floor_steer(q, cfg, backlog);
-		excess = backlog - share_target_ns(q, cfg, egress);
+			floor_steer(q, cfg, backlog, target_ns);
+		excess = backlog - target_ns;
 		left = (__s64)drain - excess;
 		if (left < (__s64)(drain >> 4))
 			left = drain >> 4;
 		if (left > (__s64)(2 * drain))
 			left = 2 * drain;
-		target = rate * (__u64)left / drain;
+		/* In 1/65536ths of the rate (left / drain <= 2, so <= 2^17):
+		 * rate * left overflowed 64 bits once an idle group's first
+		 * interval was long (drain = 4 dt: from about 0.5 s at
+		 * 40 Gbit/s), and the wrapped target cut the share of a group
+		 * that sent half its rate to the floor. left < 2^36 (dt < 2^33). */
+		target = rate * (((__u64)left << 16) / drain) >> 16;
 		ratio = y ? (target << SHARE_Q) / y : SHARE_RATIO_MAX;
 		if (ratio > SHARE_RATIO_MAX)
 			ratio = SHARE_RATIO_MAX;
