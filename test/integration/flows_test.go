@@ -27,7 +27,10 @@ const (
 	// rpcP99Max bounds the 10 KB RPC's P99 beside 16 bulk streams in its own
 	// group at 200mbit. htb queues it behind the streams (P99 10-14 ms);
 	// before the RPC class, HBM paced it at 1/17 of the rate (P99 ~7 ms).
-	rpcP99Max = 2 * time.Millisecond
+	// The benchmark's median is 1.6 ms (many-flows-200m, 16 streams,
+	// medians of 3); one CI window read 2.3 ms, so the bound is 4 ms,
+	// which both of those designs still fail.
+	rpcP99Max = 4 * time.Millisecond
 )
 
 // wireWindow runs one measurement window of client c and returns its result
