@@ -410,10 +410,11 @@ func TestIngressIncast(t *testing.T) {
 			if !shared && med(with.p99)*2 > med(none.p99) {
 				t.Errorf("worst sender's 10 KB P99 %.0f us with HBM, %.0f us without: want at least 2x lower", med(with.p99), med(none.p99))
 			}
-			// Goodput: target 0.85. Single runs on this two-core machine
-			// read 0.76-0.87 alone and 0.71-0.73 in two of five CI runs
-			// (main 6be56a6, and unchanged by anything since): the bound
-			// is what a loaded CI machine passes. Eight streams held at
+			// Goodput: target 0.85. On this two-core machine it moves
+			// between sessions: single runs read 0.76-0.87 alone and
+			// 0.71-0.73 in two of five CI runs of one session, medians
+			// of 3 read 0.94 in another (2026-11-28), on the same data
+			// plane: the bound is what a loaded CI machine passes. Eight streams held at
 			// the window's 2-segment floor over a 250 us RTT would carry
 			// 0.37 (arithmetic).
 			if g := med(with.total); g < incastGoodputMin {
