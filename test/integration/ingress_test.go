@@ -224,6 +224,10 @@ func incastRuns() int {
 	return max(runs, 1)
 }
 
+// incastGoodputMin bounds TestIngressIncast's goodput, bulk and RPC bytes
+// over the bottleneck's rate (see the check).
+const incastGoodputMin = 0.65
+
 // TestIngressIncast: 4 senders x (2 bulk streams + a 10 KB RPC loop) into
 // one receiver through a 2 Gbit/s bottleneck with a 128 KB buffer, the
 // receiver's group limited with the incast protection defaults (`--ingress
@@ -246,10 +250,6 @@ func incastRuns() int {
 // HBM_INCAST_RUNS=3 makes it the benchmark (medians of 3, min-max logged);
 // HBM_INCAST_SHARED=1 runs it on shared CPUs, where the tail is only
 // asserted within 4x of no HBM.
-// incastGoodputMin bounds TestIngressIncast's goodput, bulk and RPC bytes
-// over the bottleneck's rate (see the check).
-const incastGoodputMin = 0.65
-
 func TestIngressIncast(t *testing.T) {
 	// HBM_INCAST_PORT (bits/s) changes the bottleneck port's rate, and
 	// HBM_INCAST_RATE the limit with it (experiments: CPU on two cores).
@@ -414,9 +414,9 @@ func TestIngressIncast(t *testing.T) {
 			// between sessions: single runs read 0.76-0.87 alone and
 			// 0.71-0.73 in two of five CI runs of one session, medians
 			// of 3 read 0.94 in another (2026-11-28), on the same data
-			// plane: the bound is what a loaded CI machine passes. Eight streams held at
-			// the window's 2-segment floor over a 250 us RTT would carry
-			// 0.37 (arithmetic).
+			// plane: the bound is what a loaded CI machine passes.
+			// Eight streams held at the window's 2-segment floor over a
+			// 250 us RTT would carry 0.37 (arithmetic).
 			if g := med(with.total); g < incastGoodputMin {
 				t.Errorf("goodput with HBM is %.3f of the bottleneck, want >= %.2f", g, incastGoodputMin)
 			}
@@ -568,10 +568,9 @@ func TestIngressCLI(t *testing.T) {
 
 // TestIngressLimitSweep: a plain ingress limit holds N bulk streams of ECN
 // senders (cubic+ECN, DCTCP) within [0.80, 1.08] of the limit (2gbit:
-// [0.70, 1.08]), frames
-// counted on the receiver's interface (Ethernet headers included: a limit
-// held exactly on IP bytes reads about 1.01), for N = 1, 4, 16 at 500mbit,
-// 1gbit and 2gbit. The path is not the bottleneck (20 Gbit/s). Bounds wider
+// [0.70, 1.08]), frames counted on the receiver's interface (Ethernet
+// headers included: a limit held exactly on IP bytes reads about 1.01), for
+// N = 1, 4, 16 at 500mbit, 1gbit and 2gbit. The path is not the bottleneck (20 Gbit/s). Bounds wider
 // than the design target [0.85, 1.05] so that a loaded CI machine passes,
 // narrow enough to catch a limiter that starves (the receive-window assist
 // once held groups at 0.25-0.5) or lets the senders through.
