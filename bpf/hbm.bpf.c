@@ -69,7 +69,7 @@ int hbm_egress(struct __sk_buff *skb)
 				s->burst = 1;
 				s->xfer_start = t;
 			}
-			v.xfer = t - s->xfer_start < XFER_TIME;
+			v.xfer = t - s->xfer_start < xfer_time_of(s);
 			/* TCP paces none of a connection's first segments,
 			 * nor the packet after them (no earlier packet set
 			 * its send time), and the one after that only half

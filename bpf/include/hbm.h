@@ -202,7 +202,9 @@ struct hbm_sock {
 	                    * (hbm.bpf.c) */
 	__u32 cwnd_applied; /* egress: the cwnd clamp the assist last set, segments
 	                     * (pacing.h; 0: none) */
-	__u32 pad;
+	__u32 xfer_time;   /* egress: how long its current transfer stays one, in
+	                    * xfer_start's units: twice its last (share.h,
+	                    * xfer_time_next; 0: XFER_TIME) */
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

@@ -142,8 +142,12 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 		return 1;
 	}
 	if (tp_idle(tp)) {
-		if (s->burst)
+		if (s->burst) {
+			/* The transfer ends: its length sets the next's. */
+			s->xfer_time = xfer_time_next((__u32)(bpf_ktime_get_ns() >> XFER_TIME_SHIFT) -
+						      s->xfer_start);
 			depart(tp, s, 0);
+		}
 		pace(skops, tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps);
 		return 1;
 	}

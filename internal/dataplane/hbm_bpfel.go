@@ -149,7 +149,7 @@ type hbmHbmSock struct {
 	XferStart    uint32
 	TxPaced      uint32
 	CwndApplied  uint32
-	Pad          uint32
+	XferTime     uint32
 	_            [4]byte
 }
 

@@ -142,7 +142,7 @@ type rxfreshHbmSock struct {
 	XferStart    uint32
 	TxPaced      uint32
 	CwndApplied  uint32
-	Pad          uint32
+	XferTime     uint32
 	_            [4]byte
 }
 
