@@ -229,6 +229,10 @@ struct hbm_listen_key {
 #define HBM_GATE_LEVELS 4
 struct hbm_listen {
 	__u64 cgroup_id[HBM_GATE_LEVELS];
+	__u32 xfer_time; /* how long its connections' last transfer stays one
+	                  * (hbm_sock.xfer_time): a new connection's first
+	                  * transfer takes it (pacing.h; 0: XFER_TIME) */
+	__u32 pad;
 };
 
 /* Key of hbm_peer_map: a remote address (IPv4 in addr[0]) in a network

@@ -101,6 +101,28 @@ static __always_inline void pace(struct bpf_sock_ops *skops, struct tcp_sock *tp
 	cwnd_set(skops, tp, s, cwnd_fit(tp, cap));
 }
 
+/* listen_entry is the listener entry (gate.h) of a server's connection:
+ * the one for its network namespace and local port, which a passive
+ * connection shares with its listener (NULL: none, not a server's). */
+static __always_inline struct hbm_listen *listen_entry(struct bpf_sock_ops *skops)
+{
+	struct hbm_listen_key k = {};
+
+	k.netns_cookie = bpf_get_netns_cookie(skops);
+	k.port = skops->local_port;
+	return bpf_map_lookup_elem(&hbm_listen_map, &k);
+}
+
+/* xfer_time_first is how long a connection's first transfer stays one: as
+ * long as the last of its listener's connections (a server answering each
+ * request on a new connection; share.h, xfer_time_next), else XFER_TIME. */
+static __always_inline __u32 xfer_time_first(struct bpf_sock_ops *skops)
+{
+	struct hbm_listen *l = listen_entry(skops);
+
+	return l && l->xfer_time ? l->xfer_time : XFER_TIME;
+}
+
 static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 {
 	struct hbm_sock *s;
@@ -141,11 +163,18 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 			depart(tp, s, 1);
 		return 1;
 	}
+	if (!s->xfer_time)
+		s->xfer_time = xfer_time_first(skops);
 	if (tp_idle(tp)) {
 		if (s->burst) {
-			/* The transfer ends: its length sets the next's. */
+			struct hbm_listen *l = listen_entry(skops);
+
+			/* The transfer ends: its length sets the next's, and
+			 * the first of its listener's next connection. */
 			s->xfer_time = xfer_time_next((__u32)(bpf_ktime_get_ns() >> XFER_TIME_SHIFT) -
 						      s->xfer_start);
+			if (l && l->xfer_time != s->xfer_time)
+				l->xfer_time = s->xfer_time;
 			depart(tp, s, 0);
 		}
 		pace(skops, tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps);

@@ -62,6 +62,8 @@ type hbmHbmKey struct {
 type hbmHbmListen struct {
 	_        structs.HostLayout
 	CgroupId [4]uint64
+	XferTime uint32
+	Pad      uint32
 }
 
 type hbmHbmListenKey struct {

@@ -46,6 +46,8 @@ type rxfreshHbmKey struct {
 type rxfreshHbmListen struct {
 	_        structs.HostLayout
 	CgroupId [4]uint64
+	XferTime uint32
+	Pad      uint32
 }
 
 type rxfreshHbmListenKey struct {
