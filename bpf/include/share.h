@@ -93,7 +93,9 @@
  * keep-alive connection stays a transfer through each of its responses,
  * while a stream, busy since it began, is bulk after XFER_TIME as before. A
  * stream that goes idle once is a transfer again for up to twice what it had
- * been busy: beside other transfers it then shares equally, as under htb. */
+ * been busy: beside other transfers it then shares equally, as under htb. A
+ * server's new connection has no last transfer: its first takes its
+ * listener's last connection's (hbm_listen.xfer_time, pacing.h). */
 #define XFER_TIME_LAST_MUL 2
 #define XFER_TIME_MAX   61035 /* ~64 s */
 
