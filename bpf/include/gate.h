@@ -163,12 +163,23 @@ static __always_inline __s64 gate_least_ns(struct bpf_sock_ops *skops)
 	return least < (__s64)GATE_MIN_NS ? (__s64)GATE_MIN_NS : least;
 }
 
+/* listen_entry is the listener entry of a request or of a server's
+ * connection: the one for its network namespace and local port, which
+ * both share with their listener (NULL: none, not a limited server's). */
+static __always_inline struct hbm_listen *listen_entry(struct bpf_sock_ops *skops)
+{
+	struct hbm_listen_key k = {};
+
+	k.netns_cookie = bpf_get_netns_cookie(skops);
+	k.port = skops->local_port;
+	return bpf_map_lookup_elem(&hbm_listen_map, &k);
+}
+
 /* gate_timeout answers BPF_SOCK_OPS_TIMEOUT_INIT for a request to a
  * listener whose groups are over: the wait, in jiffies. Otherwise it leaves
  * the kernel's timeout. */
 static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 {
-	struct hbm_listen_key k = {};
 	struct hbm_listen *l;
 	__u64 now = bpf_ktime_get_ns(), j;
 	__s64 wait = 0, e, least;
@@ -176,9 +187,7 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 
 	if (skops->is_fullsock)
 		return 1; /* an active open's SYN: not gated */
-	k.netns_cookie = bpf_get_netns_cookie(skops);
-	k.port = skops->local_port;
-	l = bpf_map_lookup_elem(&hbm_listen_map, &k);
+	l = listen_entry(skops);
 	if (!l)
 		return 1;
 	j = jiffy_ns(now);

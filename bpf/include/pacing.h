@@ -101,18 +101,6 @@ static __always_inline void pace(struct bpf_sock_ops *skops, struct tcp_sock *tp
 	cwnd_set(skops, tp, s, cwnd_fit(tp, cap));
 }
 
-/* listen_entry is the listener entry (gate.h) of a server's connection:
- * the one for its network namespace and local port, which a passive
- * connection shares with its listener (NULL: none, not a server's). */
-static __always_inline struct hbm_listen *listen_entry(struct bpf_sock_ops *skops)
-{
-	struct hbm_listen_key k = {};
-
-	k.netns_cookie = bpf_get_netns_cookie(skops);
-	k.port = skops->local_port;
-	return bpf_map_lookup_elem(&hbm_listen_map, &k);
-}
-
 /* xfer_time_first is how long a connection's first transfer stays one: as
  * long as the last of its listener's connections (a server answering each
  * request on a new connection; share.h, xfer_time_next), else XFER_TIME. */

@@ -15,12 +15,12 @@
  *  - The flow count N: TCP flows that sent in the last window, each
  *    counted with its weight (egress: XFER_WEIGHT while the flow is in a
  *    transfer begun after it was idle, for XFER_TIME or twice its last
- *    transfer, 1 once it is bulk; ingress: 1). A flow is counted once per window (its per-level
- *    slot in hbm_sock.seen holds the window number and its class), and an
- *    egress flow that goes idle or closes leaves the count at once
- *    (share_depart, called by the pacing assist): a server's connections
- *    that live for milliseconds are not counted for a whole window after
- *    they finished (data plane v2 counted 100-200 flows where 32 were
+ *    transfer, 1 once it is bulk; ingress: 1). A flow is counted once per
+ *    window (its per-level slot in hbm_sock.seen holds the window number
+ *    and its class), and an egress flow that goes idle or closes leaves
+ *    the count at once (share_depart, called by the pacing assist): a
+ *    server's connections that live for milliseconds are not counted for
+ *    a whole window after they finished (data plane v2 counted 100-200 flows where 32 were
  *    sending, and held a web server at 0.4-0.7 of its limit). The window lasts two of a flow's sending gaps at its
  *    share, within [250 ms, 4 s], so a flow held to a small share is still
  *    seen. A gap is the group's largest TCP packet at limit/N: below 512 us
