@@ -83,10 +83,7 @@ int hbm_egress(struct __sk_buff *skb)
 		}
 	}
 	police_path(skb, &v, s);
-	if (s) {
-		s->want_Bps = v.want_Bps;
-		s->xfer_Bps = v.xfer_Bps;
-	}
+	verdict_learn(s, &v);
 	if (lk.port && !v.drop)
 		gate_learn(&lk, &v);
 	if (v.drop)
@@ -119,11 +116,9 @@ int hbm_ingress(struct __sk_buff *skb)
 	if (v.p.is_tcp)
 		v.protected = rx_protected(&v.p, tp, s, v.now);
 	police_path(skb, &v, s);
-	if (s) {
-		s->want_Bps = v.want_Bps;
-		if (v.candidate)
-			s->fresh_room = v.fresh;
-	}
+	verdict_learn(s, &v);
+	if (s && v.candidate)
+		s->fresh_room = v.fresh;
 	if (!v.drop)
 		return HBM_RET_PASS;
 	if (s) {

@@ -5,7 +5,8 @@
  * reach them: a cgroup_skb test run's skb carries a dummy, non-TCP socket,
  * so there is no socket state to decide on. A syscall program takes the
  * socket state and the packet (or the ACK's moment) in its context and
- * writes the decisions back. */
+ * writes the decisions back. learn_run is what a packet's verdict leaves
+ * in its socket's state for both assists (policy.h, verdict_learn). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -70,6 +71,43 @@ SEC("syscall")
 int rxdescend_run(struct rxdescend_case *c)
 {
 	c->clamp = rxwin_descend(c->win, c->cur, c->left, c->mss, c->scale_unit);
+	return 0;
+}
+
+struct learn_case {
+	__u64 last_want_Bps; /* in: the socket's want_Bps before the packet */
+	__u64 last_xfer_Bps; /* in: ... and xfer_Bps */
+	__u64 want_Bps;      /* in: the verdict's least share (0: no limit) */
+	__u64 xfer_Bps;      /* in: its transfer share */
+	__u32 dir;           /* in: HBM_DIR_* */
+	__u32 drop;          /* in: some level refused the packet */
+	__u64 out_want_Bps;  /* out: the socket's want_Bps after it */
+	__u64 out_xfer_Bps;  /* out: ... and xfer_Bps */
+};
+
+SEC("syscall")
+int learn_run(struct learn_case *c)
+{
+	struct hbm_sock s = {};
+	struct verdict v = {};
+	__u64 lw = c->last_want_Bps, lx = c->last_xfer_Bps, w = c->want_Bps, x = c->xfer_Bps;
+
+	/* Values, not places: the compiler may otherwise pick between two
+	 * context fields' addresses where the code picks between their
+	 * values, and the verifier refuses a context pointer so moved. */
+	barrier_var(lw);
+	barrier_var(lx);
+	barrier_var(w);
+	barrier_var(x);
+	s.want_Bps = lw;
+	s.xfer_Bps = lx;
+	v.want_Bps = w;
+	v.xfer_Bps = x;
+	v.dir = c->dir;
+	v.drop = c->drop;
+	verdict_learn(&s, &v);
+	c->out_want_Bps = s.want_Bps;
+	c->out_xfer_Bps = s.xfer_Bps;
 	return 0;
 }
 

@@ -36,10 +36,17 @@ type rxfreshHbmConfig struct {
 	PaceTargetNs  int64
 }
 
+type rxfreshHbmDir uint32
+
+const (
+	rxfreshHbmDirHBM_DIR_EGRESS  rxfreshHbmDir = 0
+	rxfreshHbmDirHBM_DIR_INGRESS rxfreshHbmDir = 1
+)
+
 type rxfreshHbmKey struct {
 	_        structs.HostLayout
 	CgroupId uint64
-	Dir      uint32
+	Dir      rxfreshHbmDir
 	Pad      uint32
 }
 
@@ -151,10 +158,22 @@ type rxfreshHbmSock struct {
 type rxfreshHbmWalk struct {
 	_        structs.HostLayout
 	CgroupId uint64
-	Dir      uint32
+	Dir      rxfreshHbmDir
 	Release  uint32
 	Seen     uint64
 	Changed  uint64
+}
+
+type rxfreshLearnCase struct {
+	_           structs.HostLayout
+	LastWantBps uint64
+	LastXferBps uint64
+	WantBps     uint64
+	XferBps     uint64
+	Dir         uint32
+	Drop        uint32
+	OutWantBps  uint64
+	OutXferBps  uint64
 }
 
 type rxfreshRxdescendCase struct {
@@ -203,6 +222,7 @@ const (
 	rxfreshMapHbmQueueMap   = "hbm_queue_map"
 	rxfreshMapHbmRxMap      = "hbm_rx_map"
 	rxfreshMapHbmWalkMap    = "hbm_walk_map"
+	rxfreshProgLearnRun     = "learn_run"
 	rxfreshProgRxdescendRun = "rxdescend_run"
 	rxfreshProgRxfreshRun   = "rxfresh_run"
 	rxfreshProgRxwinRun     = "rxwin_run"
@@ -250,6 +270,7 @@ type rxfreshSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rxfreshProgramSpecs struct {
+	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
 	RxdescendRun *ebpf.ProgramSpec `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
 	RxwinRun     *ebpf.ProgramSpec `ebpf:"rxwin_run"`
@@ -331,6 +352,7 @@ type rxfreshVariables struct {
 //
 // It can be passed to loadRxfreshObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rxfreshPrograms struct {
+	LearnRun     *ebpf.Program `ebpf:"learn_run"`
 	RxdescendRun *ebpf.Program `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.Program `ebpf:"rxfresh_run"`
 	RxwinRun     *ebpf.Program `ebpf:"rxwin_run"`
@@ -338,6 +360,7 @@ type rxfreshPrograms struct {
 
 func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
+		p.LearnRun,
 		p.RxdescendRun,
 		p.RxfreshRun,
 		p.RxwinRun,
