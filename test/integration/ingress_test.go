@@ -582,11 +582,11 @@ func TestIngressCLI(t *testing.T) {
 // runs only those cells (e.g. 2gbit/dctcp/1).
 func TestIngressLimitSweep(t *testing.T) {
 	l := inSetup(t, "ingsweep", netlab.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
-	// Medians of 3 short runs: in about one run of eight a cell at 1gbit
-	// reads 1.24-1.44 on the interface, a storm of drops the senders keep
-	// sending into (40-90 thousand drops in the window, goodput 0.99-1.03
-	// of the limit), on main as on its branches (docs/design.md, Known
-	// shortfalls); one run per cell failed two of three CI runs with it.
+	// Medians of 3 short runs. Before verdict_learn (policy.h) about one
+	// run in eight at 1gbit read 1.2-1.4 on the interface, a storm of
+	// drops behind clamps that dropped packets had lifted (docs/design.md,
+	// "Drop storms"); with one run per cell that failed two of three CI
+	// runs, and once two runs of three in a cell did.
 	runs, warm, dur := 3, time.Second, 2*time.Second
 	if v := os.Getenv("HBM_INGRESS_SWEEP_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
