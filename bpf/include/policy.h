@@ -372,10 +372,10 @@ static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v
  * stops before computing its share, so a refused packet's verdict says 0,
  * "no limit". Written anyway, it lifted the window clamp at the receiver's
  * next ACK; the sender opened its window into the limit's drops, whose own
- * zeros lifted more clamps: a plain 1gbit ingress limit of 16 streams read
- * 1.2-1.4 of the limit on the wire in about one run of eight, with 30-70
- * thousand drops in 3 s (docs/design.md, "Drop storms"). On egress the same
- * zero lifted a pacing cap at the next ACK. */
+ * zeros lifted more clamps: plain 1gbit ingress limits of 4-16 streams read
+ * 1.2-1.4 of the limit on the wire in about one run of ten, with 30-110
+ * thousand drops in 6 s (docs/design.md, "Drop storms"). On egress the same
+ * zero lifted a pacing cap and cwnd clamp at the next ACK. */
 static __always_inline void verdict_learn(struct hbm_sock *s, const struct verdict *v)
 {
 	if (!s || v->drop)
