@@ -582,11 +582,12 @@ func TestIngressCLI(t *testing.T) {
 // runs only those cells (e.g. 2gbit/dctcp/1).
 func TestIngressLimitSweep(t *testing.T) {
 	l := inSetup(t, "ingsweep", netlab.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
-	// Medians of 3 short runs. Before verdict_learn (policy.h) about one
-	// run in eight at 1gbit read 1.2-1.4 on the interface, a storm of
-	// drops behind clamps that dropped packets had lifted (docs/design.md,
-	// "Drop storms"); with one run per cell that failed two of three CI
-	// runs, and once two runs of three in a cell did.
+	// Medians of 3 short runs, and a bound on each run (below). Before
+	// verdict_learn (policy.h) about one run in ten at 1gbit read 1.2-1.4
+	// on the interface, a storm of drops behind clamps that dropped
+	// packets had lifted (docs/design.md, "Drop storms"): with one run per
+	// cell it failed two of three CI runs, and once it took two runs of
+	// three in a cell.
 	runs, warm, dur := 3, time.Second, 2*time.Second
 	if v := os.Getenv("HBM_INGRESS_SWEEP_RUNS"); v != "" {
 		fmt.Sscan(v, &runs)
