@@ -79,6 +79,7 @@ int hbm_egress(struct __sk_buff *skb)
 			v.candidate = s->tx_paced < 2;
 			if (v.candidate && tp->data_segs_out - v.p.segs >= TCP_UNPACED_SEGS)
 				s->tx_paced++;
+			v.held = flow_held(s, v.candidate);
 			v.counted = 1;
 		}
 	}

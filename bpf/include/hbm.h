@@ -205,6 +205,9 @@ struct hbm_sock {
 	__u32 xfer_time;   /* egress: how long its current transfer stays one, in
 	                    * xfer_start's units: twice its last (share.h,
 	                    * xfer_time_next; 0: XFER_TIME) */
+	__u32 passive;     /* egress: 1 for a server's connection (a passive open
+	                    * the pacing assist saw established): the handshake
+	                    * gate holds its first segments (policy.h, flow_held) */
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

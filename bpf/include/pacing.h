@@ -125,6 +125,14 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 						 BPF_SOCK_OPS_STATE_CB_FLAG);
 		gate_peer_note(skops);
 		jiffy_ns(bpf_ktime_get_ns()); /* starts the gate's clock */
+		sk = skops->sk;
+		if (skops->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB && sk) {
+			/* A server's connection: its handshake went through
+			 * the gate, which holds its first segments. */
+			s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+			if (s)
+				s->passive = 1;
+		}
 		return 1;
 	case BPF_SOCK_OPS_TIMEOUT_INIT:
 		return gate_timeout(skops);

@@ -6,7 +6,8 @@
  * so there is no socket state to decide on. A syscall program takes the
  * socket state and the packet (or the ACK's moment) in its context and
  * writes the decisions back. learn_run is what a packet's verdict leaves
- * in its socket's state for both assists (policy.h, verdict_learn). */
+ * in its socket's state for both assists (policy.h, verdict_learn);
+ * held_run whether an egress packet may be refused at all (flow_held). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -108,6 +109,42 @@ int learn_run(struct learn_case *c)
 	verdict_learn(&s, &v);
 	c->out_want_Bps = s.want_Bps;
 	c->out_xfer_Bps = s.xfer_Bps;
+	return 0;
+}
+
+struct held_case {
+	__u64 want_Bps;  /* in: the share the socket's last packet was given */
+	__u64 applied;   /* in: the pacing cap the assist last set (~0: none) */
+	__u32 passive;   /* in: a server's connection */
+	__u32 candidate; /* in: one of the connection's first segments */
+	__u32 no_state;  /* in: the socket has no assist state */
+	__u32 held;      /* out: flow_held */
+};
+
+SEC("syscall")
+int held_run(struct held_case *c)
+{
+	struct hbm_sock s = {};
+	__u64 w = c->want_Bps, a = c->applied;
+	__u32 cand = c->candidate, pas = c->passive;
+	int held;
+
+	barrier_var(w);
+	barrier_var(a);
+	barrier_var(cand);
+	barrier_var(pas);
+	s.want_Bps = w;
+	s.applied = a;
+	s.passive = pas;
+	/* Two calls, not one with a chosen pointer: the verifier refuses a
+	 * pointer that may be NULL or the stack's once the compiler merges
+	 * them. */
+	if (c->no_state)
+		held = flow_held(NULL, cand);
+	else
+		held = flow_held(&s, cand);
+	barrier_var(held);
+	c->held = held;
 	return 0;
 }
 

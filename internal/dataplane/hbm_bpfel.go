@@ -152,7 +152,7 @@ type hbmHbmSock struct {
 	TxPaced      uint32
 	CwndApplied  uint32
 	XferTime     uint32
-	_            [4]byte
+	Passive      uint32
 }
 
 type hbmHbmStats struct {

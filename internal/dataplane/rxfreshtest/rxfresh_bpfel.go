@@ -152,7 +152,7 @@ type rxfreshHbmSock struct {
 	TxPaced      uint32
 	CwndApplied  uint32
 	XferTime     uint32
-	_            [4]byte
+	Passive      uint32
 }
 
 type rxfreshHbmWalk struct {
@@ -162,6 +162,16 @@ type rxfreshHbmWalk struct {
 	Release  uint32
 	Seen     uint64
 	Changed  uint64
+}
+
+type rxfreshHeldCase struct {
+	_         structs.HostLayout
+	WantBps   uint64
+	Applied   uint64
+	Passive   uint32
+	Candidate uint32
+	NoState   uint32
+	Held      uint32
 }
 
 type rxfreshLearnCase struct {
@@ -222,6 +232,7 @@ const (
 	rxfreshMapHbmQueueMap   = "hbm_queue_map"
 	rxfreshMapHbmRxMap      = "hbm_rx_map"
 	rxfreshMapHbmWalkMap    = "hbm_walk_map"
+	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
 	rxfreshProgRxdescendRun = "rxdescend_run"
 	rxfreshProgRxfreshRun   = "rxfresh_run"
@@ -270,6 +281,7 @@ type rxfreshSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rxfreshProgramSpecs struct {
+	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
 	RxdescendRun *ebpf.ProgramSpec `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
@@ -352,6 +364,7 @@ type rxfreshVariables struct {
 //
 // It can be passed to loadRxfreshObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rxfreshPrograms struct {
+	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
 	RxdescendRun *ebpf.Program `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.Program `ebpf:"rxfresh_run"`
@@ -360,6 +373,7 @@ type rxfreshPrograms struct {
 
 func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
+		p.HeldRun,
 		p.LearnRun,
 		p.RxdescendRun,
 		p.RxfreshRun,
