@@ -127,6 +127,14 @@ func runKilledAtBPFCall(argv, env []string, n int) (hbmResult, error) {
 		switch stop := ws.StopSignal(); {
 		case stop == unix.SIGTRAP|0x80: // syscall stop
 			nr, entry, err := bpfCallNr(tid)
+			if errors.Is(err, unix.ESRCH) {
+				// The thread went between its stop and this
+				// request: killed, by us or by its process's
+				// exit_group (a tracee that made fewer than n
+				// calls ends so). Nothing to resume; the
+				// leader's end comes from wait4.
+				continue
+			}
 			if err != nil && traceErr == nil {
 				traceErr = err
 			}
