@@ -54,7 +54,7 @@
 #define SHARE_DRAIN_INTERVALS 4          /* ... on egress in this many control intervals at least */
 #define SHARE_Q             16           /* fixed-point shift of the correction ratio */
 #define SHARE_GAIN_SHIFT    2            /* move 1/4 of the way per interval ... */
-#define SHARE_GAIN_SHIFT_EGRESS 4        /* ... on egress 1/16 (share_update) */
+#define SHARE_GAIN_SHIFT_EGRESS 4        /* ... on egress 1/16 (share_step) */
 #define SHARE_RATIO_SHIFT   1
 #define SHARE_RATIO_MAX     ((1ULL << SHARE_Q) << SHARE_RATIO_SHIFT) /* ratio at most 2 ... */
 #define SHARE_RATIO_MIN     ((1ULL << SHARE_Q) >> SHARE_RATIO_SHIFT) /* ... and at least 1/2 */
@@ -426,6 +426,24 @@ static __always_inline void floor_steer(struct hbm_queue *q, const struct hbm_co
 	q->floor_cut = cut;
 }
 
+/* share_step is m moved part of the way to m * ratio (ratio in 1/2^SHARE_Q):
+ * smooths the estimate. Ingress a quarter of the way per interval. Egress a
+ * sixteenth: a server's new connections' first segments, which no cap
+ * holds, come and go in bursts (a gated batch let go together), and a
+ * quarter made every paced response's cap swing with them (64 clients of
+ * 30 KB responses: m between 0.4 and 0.9 in a cycle of 125 ms, 20,000
+ * refusals in 10 s; with a sixteenth, 1,600, the median request 82 ms
+ * against 94). A gain graded by the unpaced part of the rate (a quarter
+ * where nearly all is paced) measured the same as a sixteenth everywhere,
+ * keep-alive pools included (docs/design.md). m <= 2^35, ratio <= 2^17,
+ * the shift <= 4: products below 2^53. */
+static __always_inline __u64 share_step(__u64 m, __u64 ratio, int egress)
+{
+	int g = egress ? SHARE_GAIN_SHIFT_EGRESS : SHARE_GAIN_SHIFT;
+
+	return ((m << g) - m + ((m * ratio) >> SHARE_Q)) >> g;
+}
+
 /* share_update accounts a packet to the control interval and, when one ends,
  * corrects the group's share. Called with the queue locked. Bounds keep
  * products below 2^63: rates <= 5e10 bytes/s, the ratio <= 2^17, bytes per
@@ -527,23 +545,14 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 			ratio = SHARE_RATIO_MAX;
 		if (ratio < SHARE_RATIO_MIN)
 			ratio = SHARE_RATIO_MIN;
-		/* Part of the way to the computed rate: smooths the estimate.
-		 * Ingress a quarter. Egress a sixteenth: a server's new
-		 * connections' first segments, which no cap holds, come and go
-		 * in bursts (a gated batch let go together), and a quarter
-		 * made every paced response's cap swing with them (64 clients
-		 * of 30 KB responses: m between 0.4 and 0.9 in a cycle of
-		 * 125 ms, 20,000 refusals in 10 s; with a sixteenth, 1,600, the
-		 * median request 82 ms against 94, docs/design.md). The
-		 * cut over the drop threshold (over) is as fast as before.
-		 * m <= 2^35 (below), ratio <= 2^17. */
-		if (over && ratio < (1ULL << SHARE_Q))
+		/* Part of the way to the computed rate (share_step): smooths
+		 * the estimate. The cut over the drop threshold (over) is at
+		 * once. m <= 2^35 (below), ratio <= 2^17. */
+		if (over && ratio < (1ULL << SHARE_Q)) {
 			m = (m * (ratio < SHARE_RATIO_MIN_OVER ? SHARE_RATIO_MIN_OVER : ratio)) >> SHARE_Q;
-		else if (egress)
-			m = (m * ((1ULL << SHARE_GAIN_SHIFT_EGRESS) - 1) + ((m * ratio) >> SHARE_Q)) >>
-			    SHARE_GAIN_SHIFT_EGRESS;
-		else
-			m = (m * ((1ULL << SHARE_GAIN_SHIFT) - 1) + ((m * ratio) >> SHARE_Q)) >> SHARE_GAIN_SHIFT;
+		} else {
+			m = share_step(m, ratio, egress);
+		}
 	}
 
 	/* The share is a multiple m of the fair share, the bulk flows' room

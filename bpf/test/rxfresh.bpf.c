@@ -7,7 +7,8 @@
  * socket state and the packet (or the ACK's moment) in its context and
  * writes the decisions back. learn_run is what a packet's verdict leaves
  * in its socket's state for both assists (policy.h, verdict_learn);
- * held_run whether an egress packet may be refused at all (flow_held). */
+ * held_run whether an egress packet may be refused at all (flow_held);
+ * step_run one step of a group's share loop (share.h, share_step). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -145,6 +146,21 @@ int held_run(struct held_case *c)
 		held = flow_held(&s, cand);
 	barrier_var(held);
 	c->held = held;
+	return 0;
+}
+
+struct step_case {
+	__u64 m;           /* in: the share multiplier, 1/2^16 (SHARE_Q) */
+	__u64 ratio;       /* in: the interval's correction, 1/2^16 */
+	__u32 egress;      /* in: the direction is egress */
+	__u32 pad;
+	__u64 out_m;       /* out: share_step */
+};
+
+SEC("syscall")
+int step_run(struct step_case *c)
+{
+	c->out_m = share_step(c->m, c->ratio, c->egress);
 	return 0;
 }
 

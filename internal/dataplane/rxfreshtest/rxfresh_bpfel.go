@@ -219,6 +219,15 @@ type rxfreshRxwinCase struct {
 	WinBytes uint32
 }
 
+type rxfreshStepCase struct {
+	_      structs.HostLayout
+	M      uint64
+	Ratio  uint64
+	Egress uint32
+	Pad    uint32
+	OutM   uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -237,6 +246,7 @@ const (
 	rxfreshProgRxdescendRun = "rxdescend_run"
 	rxfreshProgRxfreshRun   = "rxfresh_run"
 	rxfreshProgRxwinRun     = "rxwin_run"
+	rxfreshProgStepRun      = "step_run"
 )
 
 // loadRxfresh returns the embedded CollectionSpec for rxfresh.
@@ -286,6 +296,7 @@ type rxfreshProgramSpecs struct {
 	RxdescendRun *ebpf.ProgramSpec `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
 	RxwinRun     *ebpf.ProgramSpec `ebpf:"rxwin_run"`
+	StepRun      *ebpf.ProgramSpec `ebpf:"step_run"`
 }
 
 // rxfreshMapSpecs contains maps before they are loaded into the kernel.
@@ -369,6 +380,7 @@ type rxfreshPrograms struct {
 	RxdescendRun *ebpf.Program `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.Program `ebpf:"rxfresh_run"`
 	RxwinRun     *ebpf.Program `ebpf:"rxwin_run"`
+	StepRun      *ebpf.Program `ebpf:"step_run"`
 }
 
 func (p *rxfreshPrograms) Close() error {
@@ -378,6 +390,7 @@ func (p *rxfreshPrograms) Close() error {
 		p.RxdescendRun,
 		p.RxfreshRun,
 		p.RxwinRun,
+		p.StepRun,
 	)
 }
 
