@@ -17,9 +17,10 @@
  * clamps the socket's receive
  * window (TCP_WINDOW_CLAMP) to want x the flow's RTT, and at least
  * RXWIN_MIN_MSS segments. A window clamp never retracts a window already
- * advertised; it stops it from opening further. A lower clamp is reached
- * by halves per RTT (rxwin_descend), not at once, so that no ACK waits for
- * it. Marks and drops stay as the backstop.
+ * advertised; it stops it from opening further. A lower clamp follows the
+ * window already advertised down as it drains (rxwin_descend): within a
+ * round trip, not at once, so that no ACK waits for it. Marks and drops
+ * stay as the backstop.
  *
  * Two guards keep the window from opening on a flow that does not use it
  * (measured with iperf3 and sockperf into a shallow port, docs/design.md,
@@ -146,32 +147,46 @@ static __always_inline __u64 rxwin_bytes(struct hbm_sock *s, __u64 rtt_us, __u32
 }
 
 /* rxwin_descend is the clamp to set for a wanted clamp win (bytes), given
- * the socket's clamp now (cur), the part of its last advertised window the
- * sender has not yet used (left: rcv_wup + rcv_wnd - rcv_nxt), its mss and
- * its window scale unit (1 << rcv_wscale): win itself when it raises the
- * clamp, or lowers it to no less than left plus a segment and a scale unit.
+ * the socket's clamp now (cur) and the part of its last advertised window
+ * the sender has not yet used (left: rcv_wup + rcv_wnd - rcv_nxt); cur when
+ * there is nothing to set: win within 1/8 of cur (not worth a setsockopt),
+ * or a lower win that the window left already covers. A raise is set at
+ * once; a lower clamp no lower than left.
  *
- * Why: the receiver ACKs at once only while the window it would advertise
- * is at least the one it advertised last (__tcp_ack_snd_check: "right edge
- * of window advances far enough"). A clamp below that holds every ACK back
- * until the application reads (tcp_cleanup_rbuf), the delayed-ACK timer
- * fires (40 ms) or the sender's tail-loss probe comes back as a duplicate
- * (2 x srtt + 2 jiffies: 8-12 ms at HZ=250). With the receiver on a CPU of
- * its own the read comes first; on a shared CPU the probe does, and an
- * incast's probes came back as duplicates (docs/design.md, Ingress, issue
- * 24's sweep). Lowered this way, the ACK being sent (the clamp is
- * set in its HDR_OPT_LEN callback) advertises the new window itself, so the
- * next one's check holds: the window shrinks by about a segment per ACK,
- * half per round trip, as fast as a sender's own multiplicative decrease. */
-static __always_inline __u64 rxwin_descend(__u64 win, __u64 cur, __s32 left, __u32 mss, __u32 scale_unit)
+ * Why no lower than left: the receiver ACKs at once only while the window
+ * it would advertise now is at least the one it advertised last
+ * (__tcp_ack_snd_check compares __tcp_select_window with rcv_wnd). A clamp
+ * below that holds every ACK back until the application reads
+ * (tcp_cleanup_rbuf), the delayed-ACK timer fires (40 ms) or the sender's
+ * tail-loss probe comes back as a duplicate (2 x srtt + 2 jiffies: 8-12 ms
+ * at HZ=250): on a shared CPU the probe came first, and an incast's probes
+ * came back as duplicates (docs/design.md, Ingress, issue 24's sweep). The
+ * ACK being sent (the clamp is set in its HDR_OPT_LEN callback) never
+ * shrinks the window's right edge (tcp_select_window): it advertises
+ * rcv_wnd = the larger of the clamp and left, each rounded up to the
+ * window-scale unit. With the clamp at left that is left rounded up, which
+ * the clamp itself rounds up to as well, so the next check holds.
+ *
+ * Why as low as left, each ACK: the window then shrinks by what arrived
+ * since the last ACK (a unit or more per ACK, to win within one round
+ * trip), however often the receiver ACKs. The first version kept a
+ * segment and a scale unit above left: a receiver that ACKs every segment
+ * (quick-ACK after CE marks: DCTCP, or any ECN flow the limit marks) then
+ * never lowered its clamp at all, and ACKing every two segments the scale
+ * unit's rounding held it too. A socket that opened its first burst's
+ * 64 KB window kept 20 KB of it for a whole run while its share wanted 3
+ * KB: one such socket took most of a 1gbit limit's drops, each drop's hole
+ * let the rest of its window through (rx_protected), and the limit read
+ * 1.2-3.7x on the wire (docs/design.md, "Drop storms"). The 1/8 is
+ * measured on the wanted clamp, not the step: a step is often less. */
+static __always_inline __u64 rxwin_descend(__u64 win, __u64 cur, __s32 left)
 {
-	__u64 floor;
-
+	if (win <= cur + (cur >> 3) && win + (win >> 3) >= cur)
+		return cur;
 	if (win >= cur)
 		return win;
-	floor = (left > 0 ? (__u64)left : 0) + mss + scale_unit;
-	if (win < floor)
-		win = floor;
+	if (left > 0 && win < (__u64)left)
+		win = left;
 	return win < cur ? win : cur;
 }
 
@@ -218,13 +233,11 @@ static __always_inline int hbm_rxwin(struct bpf_sock_ops *skops)
 	if (!rtt)
 		rtt = skops->srtt_us >> 3;
 	win = rxwin_bytes(s, rtt, skops->mss_cache, tp->rcv_nxt, tp->data_segs_out, bpf_ktime_get_ns());
-	/* Skip the setsockopt unless the socket's clamp is off by more than
-	 * 1/8. The socket's own, not the one last set: receive autotuning
+	/* The socket's own clamp, not the one last set: receive autotuning
 	 * raises the clamp with the receive buffer (tcp_rcv_space_adjust). */
 	cur = tp->window_clamp;
-	win = rxwin_descend(win, cur, (__s32)(tp->rcv_wup + tp->rcv_wnd - tp->rcv_nxt),
-			    rxwin_mss(skops->mss_cache), 1U << BPF_CORE_READ_BITFIELD(tp, rx_opt.rcv_wscale));
-	if (win <= cur + (cur >> 3) && win + (win >> 3) >= cur)
+	win = rxwin_descend(win, cur, (__s32)(tp->rcv_wup + tp->rcv_wnd - tp->rcv_nxt));
+	if (win == cur)
 		return 1;
 	val = win;
 	if (!bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP_OPT, &val, sizeof(val))) {

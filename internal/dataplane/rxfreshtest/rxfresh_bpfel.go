@@ -187,14 +187,12 @@ type rxfreshLearnCase struct {
 }
 
 type rxfreshRxdescendCase struct {
-	_         structs.HostLayout
-	Win       uint64
-	Cur       uint64
-	Left      int32
-	Mss       uint32
-	ScaleUnit uint32
-	Pad       uint32
-	Clamp     uint64
+	_     structs.HostLayout
+	Win   uint64
+	Cur   uint64
+	Left  int32
+	Pad   uint32
+	Clamp uint64
 }
 
 type rxfreshRxfreshCase struct {
