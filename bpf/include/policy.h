@@ -13,8 +13,9 @@
  * fewer than min_inflight packets out (the probe timer would stall them)
  * and flows their pacing cap or the handshake gate holds (flow_held); on
  * ingress, what rx_protected() spares (the receiver's proxy for the same
- * rule) and fresh RPC packets (within their group's RPC budget,
- * fresh_budget). Never marked: a connection's first segments, which TCP
+ * rule; a flow's last segments and an open hole's only while the queue
+ * stands below max_backlog) and fresh RPC packets (within their group's
+ * RPC budget, fresh_budget). Never marked: a connection's first segments, which TCP
  * does not pace either (egress), and RPC bursts (ingress): a CE or
  * congestion code there ends slow start of a transfer that pacing and the
  * share already steer. Dropped packets are not charged.
@@ -53,7 +54,7 @@ struct verdict {
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
 	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
-	__u8 protected;     /* ingress: rx_protected() */
+	__u8 protected;     /* ingress: rx_protected(), RX_* */
 	__u8 candidate;     /* egress: one of the connection's first segments, which
 	                     * TCP does not pace (share.h, TCP_UNPACED_SEGS);
 	                     * ingress: in the first 64 KB after idle (rx_fresh) */
@@ -78,29 +79,44 @@ struct verdict {
 	__u64 charged_ns[VERDICT_CHARGED];
 };
 
+/* rx_protected's answers */
+#define RX_EXPOSED       0 /* dropped by the thresholds like any packet */
+#define RX_PROTECT_BOUND 1 /* passes while its charge fits the queue's bound */
+#define RX_PROTECT       2 /* always passes */
+
 /* rx_protected reports whether dropping this ingress TCP packet could leave
  * its sender unable to see the loss quickly, or repeat a loss it is already
  * repairing. The receiver cannot read the sender's packets_out, so it uses
  * what it sees:
- *  - no payload (SYN, FIN, pure ACK): nothing to gain, and an ACK lost
- *    stalls the group's own sending;
- *  - PSH, FIN, RST: usually the last segment of a burst; nothing follows it
- *    to reveal its loss but the sender's loss-probe or retransmit timer;
+ *  - no payload (pure ACK), SYN, RST: nothing to gain, an ACK lost stalls
+ *    the group's own sending, a SYN lost waits out the 1 s handshake timer
+ *    (RX_PROTECT);
+ *  - PSH, FIN: usually the last segment of a burst; nothing follows it to
+ *    reveal its loss but the sender's loss-probe or retransmit timer;
  *  - an open hole: the flow already lost a packet to us and the receiver's
  *    rcv_nxt has not passed it. Its retransmission (and everything until it
  *    arrives) passes, so at most one loss per flow is outstanding and it is
- *    always followed by packets that reveal it (SACK, RACK). */
+ *    always followed by packets that reveal it (SACK, RACK).
+ * The last two (RX_PROTECT_BOUND) pass only while the virtual queue can
+ * charge them (police_level): a hole passes the rest of its flow's window,
+ * and flows whose windows the assist cannot bring down (a clamp stuck
+ * above its share, --no-pace, a socket the assist never reached) could
+ * otherwise pass any rate through their holes, uncharged once the queue
+ * stands at its bound (a CI run passed 2.5x its limit so,
+ * docs/design.md, "Drop storms"). */
 static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock *tp,
 					struct hbm_sock *s, __u64 now)
 {
-	if (!p->payload || (p->tcp_flags & (TCPF_PSH | TCPF_FIN | TCPF_SYN | TCPF_RST)))
-		return 1;
+	if (!p->payload || (p->tcp_flags & (TCPF_SYN | TCPF_RST)))
+		return RX_PROTECT;
+	if (p->tcp_flags & (TCPF_PSH | TCPF_FIN))
+		return RX_PROTECT_BOUND;
 	if (!tp || !s || !s->hole_ns)
-		return 0;
+		return RX_EXPOSED;
 	if ((__s32)(tp->rcv_nxt - s->hole_end) < 0 && now - s->hole_ns < RX_HOLE_TIMEOUT_NS)
-		return 1;
+		return RX_PROTECT_BOUND;
 	s->hole_ns = 0; /* repaired (or given up on) */
-	return 0;
+	return RX_EXPOSED;
 }
 
 /* flow_held reports whether something other than a refusal already holds
@@ -203,7 +219,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	__s64 backlog;
 	__u64 cost, share = 0, xfer_share = 0;
 	__u32 frac;
-	int drop = 0, may_drop, changed;
+	int drop = 0, may_drop, bounded = 0, changed;
 
 	if (!v)
 		return POLICE_PASS;
@@ -227,8 +243,10 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		if (v->dir == HBM_DIR_EGRESS &&
 		    (v->packets_out < cfg->min_inflight || (v->p.tcp_flags & TCPF_SYN) || v->held))
 			may_drop = 0;
-		else if (v->dir == HBM_DIR_INGRESS && v->protected)
+		else if (v->dir == HBM_DIR_INGRESS && v->protected) {
+			bounded = v->protected == RX_PROTECT_BOUND;
 			may_drop = 0;
+		}
 	}
 	if ((cfg->flags & HBM_F_PACE) && v->counted)
 		s = sk;
@@ -246,8 +264,11 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	backlog += cost;
 	if (v->fresh)
 		v->fresh = fresh_budget(q, cfg, cost, v->now);
-	if (may_drop && !v->fresh && (backlog > (__s64)cfg->drop_small_ns ||
-			 (v->p.len >= cfg->small_pkt_bytes && backlog > (__s64)cfg->drop_large_ns))) {
+	/* A packet protected up to the bound is refused where its charge
+	 * would take the queue past it (vq_clamp would forget the excess). */
+	if ((may_drop && !v->fresh && (backlog > (__s64)cfg->drop_small_ns ||
+			 (v->p.len >= cfg->small_pkt_bytes && backlog > (__s64)cfg->drop_large_ns))) ||
+	    (bounded && !v->fresh && backlog > (__s64)cfg->max_backlog_ns)) {
 		drop = 1;
 		st->dropped += v->p.segs;
 		st->dropped_bytes += v->p.wire_bytes;

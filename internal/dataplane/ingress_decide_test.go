@@ -62,6 +62,39 @@ func TestIngressDecisions(t *testing.T) {
 	})
 }
 
+// A flow's last segments (PSH, FIN) pass past every drop threshold, but not
+// past the virtual queue's bound (max_backlog): there the queue would forget
+// their charge, and what passes so would pass any rate (policy.h,
+// rx_protected). Pure ACKs and SYNs pass even there. The hole of the same
+// rule reads the receiver's rcv_nxt: exercised by the integration tests.
+func TestIngressProtectedBound(t *testing.T) {
+	h := newHarnessDir(t, Ingress, limit1G)
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		want uint32
+	}{
+		{"large PSH segment", ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSegFlags(1448, tcpPSH)), retDrop},
+		{"ect PSH segment", ipv6(unix.IPPROTO_TCP, ecnECT0, tcpSegFlags(1448, tcpPSH)), retDrop},
+		{"small PSH segment", ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSegFlags(40, tcpPSH)), retDrop},
+		{"FIN with data", ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSegFlags(1000, tcpFIN)), retDrop},
+		{"pure ack", ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(0)), retPass},
+		{"syn", ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSegFlags(0, tcpSYN)), retPass},
+	} {
+		// An hour of backlog: vq_clamp holds the queue at its bound.
+		h.setBacklog(time.Hour)
+		before := h.counters()
+		ret, _ := h.run(c.pkt, 0, 0)
+		after := h.counters()
+		if ret != c.want {
+			t.Errorf("%s at the queue's bound: verdict %d, want %d", c.name, ret, c.want)
+		}
+		if dropped := after.Dropped - before.Dropped; (c.want == retDrop) != (dropped == 1) {
+			t.Errorf("%s at the queue's bound: dropped counter moved by %d", c.name, dropped)
+		}
+	}
+}
+
 // --no-drop on ingress: marks only, whatever the backlog.
 func TestIngressNoDrop(t *testing.T) {
 	l := limit1G
