@@ -15,10 +15,10 @@
  * ingress, what rx_protected() spares (the receiver's proxy for the same
  * rule; a flow's last segments and an open hole's only while the queue
  * stands below max_backlog) and fresh RPC packets (within their group's
- * RPC budget, fresh_budget). Never marked: a connection's first segments, which TCP
- * does not pace either (egress), and RPC bursts (ingress): a CE or
- * congestion code there ends slow start of a transfer that pacing and the
- * share already steer. Dropped packets are not charged.
+ * RPC budget, fresh_budget). Never marked: a connection's first segments,
+ * which TCP does not pace either (egress), and RPC bursts (ingress): a CE
+ * or congestion code there ends slow start of a transfer that pacing and
+ * the share already steer. Dropped packets are not charged.
  *
  * Egress drops carry the congestion code: TCP learns of the drop at once and
  * enters CWR; UDP sees ENOBUFS, which it hides from the sender unless
@@ -102,8 +102,8 @@ struct verdict {
  * and flows whose windows the assist cannot bring down (a clamp stuck
  * above its share, --no-pace, a socket the assist never reached) could
  * otherwise pass any rate through their holes, uncharged once the queue
- * stands at its bound (a CI run passed 2.5x its limit so,
- * docs/design.md, "Drop storms"). */
+ * stands at its bound (so a CI run passed 2.5x its limit: docs/design.md,
+ * "Drop storms"). */
 static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock *tp,
 					struct hbm_sock *s, __u64 now)
 {
