@@ -57,6 +57,15 @@ int hbm_egress(struct __sk_buff *skb)
 	} else if (sk) {
 		if (tp)
 			v.packets_out = tp->packets_out;
+		/* An active open's first SYN, timed by the gate: gate.h. */
+		if (tp && (v.p.tcp_flags & TCPF_SYN)) {
+			s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, 0);
+			if (s && s->syn_gated) {
+				s->syn_gated = 0;
+				v.gate = 1;
+			}
+			s = NULL;
+		}
 		/* Assist state for TCP sockets that send data. */
 		if (tp && v.p.payload)
 			s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);

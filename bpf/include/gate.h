@@ -24,6 +24,10 @@
  * (x2 each time) and it expires after 63 timeouts, hence the RTT's part in
  * the wait (docs/design.md, "The handshake gate").
  *
+ * A client in a limited group is held the same way, by its first SYN
+ * (gate_active): the kernel asks for an active open's SYN timeout before
+ * the SYN leaves, and a refused SYN is sent again by the socket's timer.
+ *
  * The timeout callback runs for a request socket, which names no cgroup:
  * the listener's limited groups are learnt from its SYN-ACKs, keyed by
  * (network namespace, port) in hbm_listen_map. Include after vmlinux.h. */
@@ -163,6 +167,32 @@ static __always_inline __s64 gate_least_ns(struct bpf_sock_ops *skops)
 	return least < (__s64)GATE_MIN_NS ? (__s64)GATE_MIN_NS : least;
 }
 
+/* gate_active_least_ns is the least wait for an active open to its server:
+ * three quarters of the server's RTT as earlier connections measured it, at
+ * least GATE_MIN_NS; -1 (not gated) for a server never seen. A client's
+ * SYN timer doubles after the gated send, so a wait of more than half the
+ * RTT lets the SYN-ACK come back before the next retransmission: one SYN
+ * retransmission, the gated one, and TCP cuts a connection's first cwnd to
+ * one segment only after two (tcp_init_transfer). Not gated when unknown:
+ * a first connection to a far server would otherwise retransmit its SYN on
+ * every doubling of a short timer. (A server's request can only wait a
+ * 15th of its client's RTT, gate_least_ns: it has one timer for the whole
+ * request; a client's SYN-ACK retransmissions cost its server nothing of
+ * the kind.) */
+static __always_inline __s64 gate_active_least_ns(struct bpf_sock_ops *skops)
+{
+	struct hbm_peer_key k = {};
+	__s64 least;
+	__u32 *rtt_us;
+
+	peer_key(skops, &k);
+	rtt_us = bpf_map_lookup_elem(&hbm_peer_map, &k);
+	if (!rtt_us)
+		return -1;
+	least = (__s64)*rtt_us * 750;
+	return least < (__s64)GATE_MIN_NS ? (__s64)GATE_MIN_NS : least;
+}
+
 /* listen_entry is the listener entry of a request or of a server's
  * connection: the one for its network namespace and local port, which
  * both share with their listener (NULL: none, not a limited server's). */
@@ -175,6 +205,89 @@ static __always_inline struct hbm_listen *listen_entry(struct bpf_sock_ops *skop
 	return bpf_map_lookup_elem(&hbm_listen_map, &k);
 }
 
+/* gate_reply is the timeout, in jiffies of j ns, for a wait of wait_ns
+ * (the groups' excess) for a client at least least_ns away (gate_least_ns):
+ * 0 where the client is too far to gate. */
+static __always_inline __u32 gate_reply(__s64 wait, __s64 least, __u64 j)
+{
+	if (least > (__s64)GATE_MAX_NS)
+		return 0; /* too far to gate */
+	if (wait < least)
+		wait = least;
+	if (wait > (__s64)GATE_MAX_NS)
+		wait = GATE_MAX_NS;
+	return ((__u64)wait + j - 1) / j;
+}
+
+/* gate_active answers BPF_SOCK_OPS_TIMEOUT_INIT for an active open (a
+ * client in a limited group connecting to a server it has reached before):
+ * as for a server's request, if a limited group on the socket's cgroup path
+ * stands above its drop-large threshold, the wait in jiffies (at least
+ * gate_active_least_ns), and the socket is marked (syn_gated) so that the
+ * egress program refuses its first SYN; TCP sends it again when the
+ * timeout expires, and that send is never refused. Without it a
+ * client's first flight (TCP's unpaced first ten segments) was held only
+ * by refusals: 8 clients uploading 10 KB on a new connection each into a
+ * 100mbit group sent 1.03-1.05 of the limit with 16,000 refusals in 10 s
+ * and a P99 twice htb's (docs/design.md, "The handshake gate"). The
+ * socket's own path is read from its cgroup (the request socket of a
+ * server's connection names none, hence hbm_listen_map there). A SYN
+ * carrying data (TCP Fast Open) is not gated. An open the gate could hold
+ * (it knows the server) is marked gate_open whether held or not: its first
+ * segments are the gate's, never refused (policy.h, flow_held); other
+ * clients' first flights stay refusable, as before the gate held any. */
+static __always_inline int gate_active(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct cgroup *cg, *anc;
+	struct tcp_sock *tp;
+	struct hbm_sock *s;
+	__u64 now = bpf_ktime_get_ns(), j;
+	__s64 wait = 0, e, least;
+	__u32 n;
+	int level, i;
+
+	if (!sk)
+		return 1;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp || tp->fastopen_req)
+		return 1;
+	j = jiffy_ns(now);
+	if (!j)
+		return 1;
+	least = gate_active_least_ns(skops);
+	if (least < 0 || least > (__s64)GATE_MAX_NS)
+		return 1; /* never gated: its first flight stays refusable */
+	cg = BPF_CORE_READ((struct sock *)tp, sk_cgrp_data.cgroup);
+	if (!cg)
+		return 1;
+	s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!s)
+		return 1;
+	/* The gate holds this connection's first flight, now or never: the
+	 * policer leaves it (flow_held). */
+	s->gate_open = 1;
+	level = BPF_CORE_READ(cg, level);
+	for (i = 0; i < HBM_MAX_LEVELS; i++) {
+		if (i > level)
+			break;
+		anc = NULL;
+		if (bpf_core_read(&anc, sizeof(anc), &cg->ancestors[i]) || !anc)
+			break;
+		e = gate_excess_ns(BPF_CORE_READ(anc, kn, id), now);
+		if (e > wait)
+			wait = e;
+	}
+	if (wait <= 0)
+		return 1;
+	n = gate_reply(wait, least, j);
+	if (!n)
+		return 1;
+	s->syn_gated = 1;
+	skops->reply = n;
+	return 1;
+}
+
 /* gate_timeout answers BPF_SOCK_OPS_TIMEOUT_INIT for a request to a
  * listener whose groups are over: the wait, in jiffies. Otherwise it leaves
  * the kernel's timeout. */
@@ -182,11 +295,12 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 {
 	struct hbm_listen *l;
 	__u64 now = bpf_ktime_get_ns(), j;
-	__s64 wait = 0, e, least;
+	__s64 wait = 0, e;
+	__u32 n;
 	int i;
 
 	if (skops->is_fullsock)
-		return 1; /* an active open's SYN: not gated */
+		return gate_active(skops);
 	l = listen_entry(skops);
 	if (!l)
 		return 1;
@@ -202,14 +316,9 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 	}
 	if (wait <= 0)
 		return 1;
-	least = gate_least_ns(skops);
-	if (least > (__s64)GATE_MAX_NS)
-		return 1; /* too far to gate */
-	if (wait < least)
-		wait = least;
-	if (wait > (__s64)GATE_MAX_NS)
-		wait = GATE_MAX_NS;
-	skops->reply = ((__u64)wait + j - 1) / j;
+	n = gate_reply(wait, gate_least_ns(skops), j);
+	if (n)
+		skops->reply = n;
 	return 1;
 }
 

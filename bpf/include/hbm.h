@@ -205,9 +205,15 @@ struct hbm_sock {
 	__u32 xfer_time;   /* egress: how long its current transfer stays one, in
 	                    * xfer_start's units: twice its last (share.h,
 	                    * xfer_time_next; 0: XFER_TIME) */
-	__u32 passive;     /* egress: 1 for a server's connection (a passive open
-	                    * the pacing assist saw established): the handshake
-	                    * gate holds its first segments (policy.h, flow_held) */
+	__u32 gate_open;   /* egress: 1 for a connection whose open the handshake
+	                    * gate could hold, which then holds its first segments
+	                    * (policy.h, flow_held): a server's (the pacing assist
+	                    * saw it established) or a client's towards a server it
+	                    * knows (gate.h, gate_active). Was "passive" (servers
+	                    * only) before the gate held clients too */
+	__u32 syn_gated;   /* egress: 1 from the moment the handshake gate timed an
+	                    * active open's SYN (gate.h, gate_active) until that
+	                    * SYN, its first send, is refused */
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

@@ -128,10 +128,12 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 		sk = skops->sk;
 		if (skops->op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB && sk) {
 			/* A server's connection: its handshake went through
-			 * the gate, which holds its first segments. */
+			 * the gate, which holds its first segments (a
+			 * client's is marked by gate_active, if the gate
+			 * could hold it). */
 			s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 			if (s)
-				s->passive = 1;
+				s->gate_open = 1;
 		}
 		return 1;
 	case BPF_SOCK_OPS_TIMEOUT_INIT:

@@ -114,7 +114,7 @@ int learn_run(struct learn_case *c)
 struct held_case {
 	__u64 want_Bps;  /* in: the share the socket's last packet was given */
 	__u64 applied;   /* in: the pacing cap the assist last set (~0: none) */
-	__u32 passive;   /* in: a server's connection */
+	__u32 gate_open; /* in: a connection the gate saw open */
 	__u32 candidate; /* in: one of the connection's first segments */
 	__u32 no_state;  /* in: the socket has no assist state */
 	__u32 held;      /* out: flow_held */
@@ -125,16 +125,16 @@ int held_run(struct held_case *c)
 {
 	struct hbm_sock s = {};
 	__u64 w = c->want_Bps, a = c->applied;
-	__u32 cand = c->candidate, pas = c->passive;
+	__u32 cand = c->candidate, open = c->gate_open;
 	int held;
 
 	barrier_var(w);
 	barrier_var(a);
 	barrier_var(cand);
-	barrier_var(pas);
+	barrier_var(open);
 	s.want_Bps = w;
 	s.applied = a;
-	s.passive = pas;
+	s.gate_open = open;
 	/* Two calls, not one with a chosen pointer: the verifier refuses a
 	 * pointer that may be NULL or the stack's once the compiler merges
 	 * them. */

@@ -152,7 +152,9 @@ type hbmHbmSock struct {
 	TxPaced      uint32
 	CwndApplied  uint32
 	XferTime     uint32
-	Passive      uint32
+	GateOpen     uint32
+	SynGated     uint32
+	_            [4]byte
 }
 
 type hbmHbmStats struct {

@@ -63,7 +63,7 @@ func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
 		cwr:          d("hbm_group_cwr_packets_total", "Packets for which HBM returned the congestion code that makes TCP enter CWR (egress)."),
 		dropped:      d("hbm_group_dropped_packets_total", "Packets HBM dropped."),
 		droppedBytes: d("hbm_group_dropped_bytes_total", "Bytes of the packets HBM dropped."),
-		gated:        d("hbm_group_gated_connections_total", "New connections whose SYN-ACK waited out the group's backlog (egress: the handshake gate)."),
+		gated:        d("hbm_group_gated_connections_total", "New connections whose handshake waited out the group's backlog (egress: the handshake gate held a server's SYN-ACK or a client's SYN)."),
 		// The issue asked for hbm_group_limit_bits_per_second; Prometheus'
 		// naming guide (and promtool check metrics) want the base unit,
 		// bytes, which also divides hbm_group_bytes_total's rate directly.

@@ -152,7 +152,9 @@ type rxfreshHbmSock struct {
 	TxPaced      uint32
 	CwndApplied  uint32
 	XferTime     uint32
-	Passive      uint32
+	GateOpen     uint32
+	SynGated     uint32
+	_            [4]byte
 }
 
 type rxfreshHbmWalk struct {
@@ -168,7 +170,7 @@ type rxfreshHeldCase struct {
 	_         structs.HostLayout
 	WantBps   uint64
 	Applied   uint64
-	Passive   uint32
+	GateOpen  uint32
 	Candidate uint32
 	NoState   uint32
 	Held      uint32
