@@ -47,6 +47,11 @@
  * lets a request live about a second, as the kernel's first timeout does. */
 #define GATE_RTT_DIV 15
 #define GATE_UNKNOWN_NS (16 * 1000000ULL)
+/* A client is gated only towards a server at most this far (its RTT): the
+ * least wait, 3/4 of the RTT (gate_active_least_ns), is otherwise far more
+ * than most excesses need, where htb's queue would hold its SYN only for
+ * the excess. */
+#define GATE_ACTIVE_MAX_RTT_US 8000
 /* A SYN-ACK sent within this of the request's first is the first (its
  * retransmissions come a timeout later, at least a jiffy). */
 #define GATE_FIRST_US 1000
@@ -169,7 +174,8 @@ static __always_inline __s64 gate_least_ns(struct bpf_sock_ops *skops)
 
 /* gate_active_least_ns is the least wait for an active open to its server:
  * three quarters of the server's RTT as earlier connections measured it, at
- * least GATE_MIN_NS; -1 (not gated) for a server never seen. A client's
+ * least GATE_MIN_NS; -1 (not gated) for a server never seen or further than
+ * GATE_ACTIVE_MAX_RTT_US. A client's
  * SYN timer doubles after the gated send, so a wait of more than half the
  * RTT lets the SYN-ACK come back before the next retransmission: one SYN
  * retransmission, the gated one, and TCP cuts a connection's first cwnd to
@@ -187,7 +193,7 @@ static __always_inline __s64 gate_active_least_ns(struct bpf_sock_ops *skops)
 
 	peer_key(skops, &k);
 	rtt_us = bpf_map_lookup_elem(&hbm_peer_map, &k);
-	if (!rtt_us)
+	if (!rtt_us || *rtt_us > GATE_ACTIVE_MAX_RTT_US)
 		return -1;
 	least = (__s64)*rtt_us * 750;
 	return least < (__s64)GATE_MIN_NS ? (__s64)GATE_MIN_NS : least;
@@ -220,20 +226,20 @@ static __always_inline __u32 gate_reply(__s64 wait, __s64 least, __u64 j)
 }
 
 /* gate_active answers BPF_SOCK_OPS_TIMEOUT_INIT for an active open (a
- * client in a limited group connecting to a server it has reached before):
- * as for a server's request, if a limited group on the socket's cgroup path
- * stands above its drop-large threshold, the wait in jiffies (at least
- * gate_active_least_ns), and the socket is marked (syn_gated) so that the
- * egress program refuses its first SYN; TCP sends it again when the
- * timeout expires, and that send is never refused. Without it a
- * client's first flight (TCP's unpaced first ten segments) was held only
+ * client in a limited group connecting to a server it has reached before,
+ * at most GATE_ACTIVE_MAX_RTT_US away): as for a server's request, if a
+ * limited group on the socket's cgroup path stands above its drop-large
+ * threshold, the wait in jiffies (at least gate_active_least_ns), and the
+ * socket is marked (syn_gated) so that the egress program refuses its
+ * first SYN; TCP sends it again when the timeout expires, and that send is
+ * never refused. Without it a client's first flight (TCP's unpaced first ten segments) was held only
  * by refusals: 8 clients uploading 10 KB on a new connection each into a
  * 100mbit group sent 1.03-1.05 of the limit with 16,000 refusals in 10 s
  * and a P99 twice htb's (docs/design.md, "The handshake gate"). The
  * socket's own path is read from its cgroup (the request socket of a
  * server's connection names none, hence hbm_listen_map there). A SYN
  * carrying data (TCP Fast Open) is not gated. An open the gate could hold
- * (it knows the server) is marked gate_open whether held or not: its first
+ * (it knows the server, near enough) is marked gate_open whether held or not: its first
  * segments are the gate's, never refused (policy.h, flow_held); other
  * clients' first flights stay refusable, as before the gate held any. */
 static __always_inline int gate_active(struct bpf_sock_ops *skops)

@@ -140,9 +140,9 @@ static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock
  *    uploading 10 KB on new connections into 100mbit, 16,365 to 3, the
  *    P99 26 to 13 ms.
  * Refusals stay for what nothing else holds: a client's first segments
- * towards a server never reached before, sockets the assist has not capped
- * yet or whose cap stands above the share (until their next ACK caps them
- * again), UDP, --no-pace. */
+ * towards a server never reached before or far (gate.h), sockets the
+ * assist has not capped yet or whose cap stands above the share (until
+ * their next ACK caps them again), UDP, --no-pace. */
 static __always_inline int flow_held(const struct hbm_sock *s, int candidate)
 {
 	__u64 w;

@@ -21,19 +21,28 @@ import (
 func TestEgressClientGate(t *testing.T) {
 	l := egSetup(t, "cligate")
 	group, dir := l.cgroup(t, "c")
+	l.set(t, group, "100mbit")
+	// IPv4 and IPv6: the gate knows a server by its address (hbm_peer_map).
+	t.Run("ipv4", func(t *testing.T) { clientGate(t, l, group, dir, l.tb.ReceiverIP4) })
+	t.Run("ipv6", func(t *testing.T) { clientGate(t, l, group, dir, l.tb.ReceiverIP6) })
+}
+
+// clientGate runs 8 clients uploading 10 KB on a connection each from group
+// (directory dir, limited to 100mbit) to a sink at ip, and checks that the
+// gate, not refusals, holds them.
+func clientGate(t *testing.T, l *egLab, group, dir string, ip net.IP) {
 	const (
 		rate    = "100mbit"
 		clients = 8
 		size    = 10 << 10
 		dur     = 4 * time.Second
 	)
-	l.set(t, group, rate)
 
 	// A sink in the receiver: read the upload, answer a byte, close.
 	var ln net.Listener
 	inNamedNetns(t, l.tb.ReceiverNS, func() error {
 		var err error
-		ln, err = net.Listen("tcp", net.JoinHostPort(l.tb.ReceiverIP4.String(), "0"))
+		ln, err = net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 		return err
 	})
 	defer ln.Close()
