@@ -175,9 +175,9 @@ static __always_inline __s64 gate_least_ns(struct bpf_sock_ops *skops)
 /* gate_active_least_ns is the least wait for an active open to its server:
  * three quarters of the server's RTT as earlier connections measured it, at
  * least GATE_MIN_NS; -1 (not gated) for a server never seen or further than
- * GATE_ACTIVE_MAX_RTT_US. A client's
- * SYN timer doubles after the gated send, so a wait of more than half the
- * RTT lets the SYN-ACK come back before the next retransmission: one SYN
+ * GATE_ACTIVE_MAX_RTT_US. A client's SYN timer doubles after the gated
+ * send, so a wait of more than half the RTT lets the SYN-ACK come back
+ * before the next retransmission: one SYN
  * retransmission, the gated one, and TCP cuts a connection's first cwnd to
  * one segment only after two (tcp_init_transfer). Not gated when unknown:
  * a first connection to a far server would otherwise retransmit its SYN on
@@ -211,9 +211,10 @@ static __always_inline struct hbm_listen *listen_entry(struct bpf_sock_ops *skop
 	return bpf_map_lookup_elem(&hbm_listen_map, &k);
 }
 
-/* gate_reply is the timeout, in jiffies of j ns, for a wait of wait_ns
- * (the groups' excess) for a client at least least_ns away (gate_least_ns):
- * 0 where the client is too far to gate. */
+/* gate_reply is the timeout, in jiffies of j ns, for a wait of wait (ns:
+ * the groups' excess) that must be at least least (gate_least_ns for a
+ * server's request, gate_active_least_ns for a client's SYN): 0 where the
+ * least is beyond GATE_MAX_NS (the peer too far to gate). */
 static __always_inline __u32 gate_reply(__s64 wait, __s64 least, __u64 j)
 {
 	if (least > (__s64)GATE_MAX_NS)
@@ -232,16 +233,17 @@ static __always_inline __u32 gate_reply(__s64 wait, __s64 least, __u64 j)
  * threshold, the wait in jiffies (at least gate_active_least_ns), and the
  * socket is marked (syn_gated) so that the egress program refuses its
  * first SYN; TCP sends it again when the timeout expires, and that send is
- * never refused. Without it a client's first flight (TCP's unpaced first ten segments) was held only
- * by refusals: 8 clients uploading 10 KB on a new connection each into a
- * 100mbit group sent 1.03-1.05 of the limit with 16,000 refusals in 10 s
- * and a P99 twice htb's (docs/design.md, "The handshake gate"). The
- * socket's own path is read from its cgroup (the request socket of a
- * server's connection names none, hence hbm_listen_map there). A SYN
- * carrying data (TCP Fast Open) is not gated. An open the gate could hold
- * (it knows the server, near enough) is marked gate_open whether held or not: its first
- * segments are the gate's, never refused (policy.h, flow_held); other
- * clients' first flights stay refusable, as before the gate held any. */
+ * never refused. Without it a client's first flight (TCP's unpaced first
+ * ten segments) was held only by refusals: 8 clients uploading 10 KB on a
+ * new connection each into a 100mbit group sent 1.03-1.05 of the limit
+ * with 16,000 refusals in 10 s and a P99 twice htb's (docs/design.md, "The
+ * handshake gate"). The socket's own path is read from its cgroup (the
+ * request socket of a server's connection names none, hence
+ * hbm_listen_map there). A SYN carrying data (TCP Fast Open) is not gated.
+ * An open the gate could hold (it knows the server, near enough) is marked
+ * gate_open whether held or not: its first segments are the gate's, never
+ * refused (policy.h, flow_held); other clients' first flights stay
+ * refusable, as before the gate held any. */
 static __always_inline int gate_active(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock *sk = skops->sk;

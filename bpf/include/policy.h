@@ -134,11 +134,11 @@ static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock
  *  - a connection's first segments where its open went through the
  *    handshake gate (s->gate_open: a server's connection, or a client's
  *    towards a server it knows): the gate (gate.h) is what holds those, at
- *    the connection's start. Measured with both: every
- *    web-new-200m cell's share as before (0.98-1.00), and refusals in 10 s
- *    from 19,950 to none (30 KB x 64), 45,286 to 1 (10 KB x 64); 8 clients
- *    uploading 10 KB on new connections into 100mbit, 16,365 to 3, the
- *    P99 26 to 13 ms.
+ *    the connection's start. Measured with both: every web-new-200m
+ *    cell's share as before (0.98-1.00), and refusals in 10 s from 19,950
+ *    to none (30 KB x 64), 45,286 to 1 (10 KB x 64); 8 clients uploading
+ *    10 KB on new connections into 100mbit, 16,365 to 3, the P99 26 to 13
+ *    ms.
  * Refusals stay for what nothing else holds: a client's first segments
  * towards a server never reached before or far (gate.h), sockets the
  * assist has not capped yet or whose cap stands above the share (until
