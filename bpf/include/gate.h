@@ -34,6 +34,7 @@
 #ifndef HBM_GATE_H
 #define HBM_GATE_H
 
+#include "cgpath.h"
 #include "hbm.h"
 #include "maps.h"
 #include "policy.h"
@@ -52,6 +53,9 @@
  * than most excesses need, where htb's queue would hold its SYN only for
  * the excess. */
 #define GATE_ACTIVE_MAX_RTT_US 8000
+/* so a client's least wait never exceeds the most asked for (gate_reply) */
+_Static_assert(GATE_ACTIVE_MAX_RTT_US * 750ULL <= GATE_MAX_NS,
+	       "a client's least wait, 3/4 of its server's RTT, must fit GATE_MAX_NS");
 /* A SYN-ACK sent within this of the request's first is the first (its
  * retransmissions come a timeout later, at least a jiffy). */
 #define GATE_FIRST_US 1000
@@ -247,11 +251,12 @@ static __always_inline __u32 gate_reply(__s64 wait, __s64 least, __u64 j)
 static __always_inline int gate_active(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock *sk = skops->sk;
-	struct cgroup *cg, *anc;
+	struct cgroup *cg;
 	struct tcp_sock *tp;
 	struct hbm_sock *s;
 	__u64 now = bpf_ktime_get_ns(), j;
 	__s64 wait = 0, e, least;
+	__u64 id;
 	__u32 n;
 	int level, i;
 
@@ -264,9 +269,9 @@ static __always_inline int gate_active(struct bpf_sock_ops *skops)
 	if (!j)
 		return 1;
 	least = gate_active_least_ns(skops);
-	if (least < 0 || least > (__s64)GATE_MAX_NS)
+	if (least < 0)
 		return 1; /* never gated: its first flight stays refusable */
-	cg = BPF_CORE_READ((struct sock *)tp, sk_cgrp_data.cgroup);
+	cg = sk_cgroup((struct sock *)tp, &level);
 	if (!cg)
 		return 1;
 	s = bpf_sk_storage_get(&hbm_flow_map, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
@@ -275,14 +280,11 @@ static __always_inline int gate_active(struct bpf_sock_ops *skops)
 	/* The gate holds this connection's first flight, now or never: the
 	 * policer leaves it (flow_held). */
 	s->gate_open = 1;
-	level = BPF_CORE_READ(cg, level);
 	for (i = 0; i < HBM_MAX_LEVELS; i++) {
-		if (i > level)
+		id = cgroup_level_id(cg, level, i);
+		if (!id)
 			break;
-		anc = NULL;
-		if (bpf_core_read(&anc, sizeof(anc), &cg->ancestors[i]) || !anc)
-			break;
-		e = gate_excess_ns(BPF_CORE_READ(anc, kn, id), now);
+		e = gate_excess_ns(id, now);
 		if (e > wait)
 			wait = e;
 	}

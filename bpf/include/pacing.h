@@ -23,6 +23,7 @@
 #define HBM_PACING_H
 
 #include "assist.h"
+#include "cgpath.h"
 #include "gate.h"
 #include "policy.h"
 
@@ -30,29 +31,26 @@
 
 /* depart leaves every group the socket is counted in (share.h,
  * share_depart; closed: for good): each level of its cgroup path with a
- * slot in s->seen.
- * The path is read from the socket's cgroup, as the walker does. */
+ * slot in s->seen, read from the socket's cgroup path (cgpath.h). */
 static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int closed)
 {
-	struct cgroup *cg = BPF_CORE_READ((struct sock *)tp, sk_cgrp_data.cgroup);
 	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
-	struct cgroup *anc;
 	struct hbm_queue *q;
+	struct cgroup *cg;
 	int level, i;
 
 	s->burst = 0;
+	cg = sk_cgroup((struct sock *)tp, &level);
 	if (!cg)
 		return;
-	level = BPF_CORE_READ(cg, level);
 	for (i = 0; i < HBM_MAX_LEVELS; i++) {
 		if (i > level)
 			break;
 		if (!s->seen[i])
 			continue;
-		anc = NULL;
-		if (bpf_core_read(&anc, sizeof(anc), &cg->ancestors[i]) || !anc)
+		key.cgroup_id = cgroup_level_id(cg, level, i);
+		if (!key.cgroup_id)
 			break;
-		key.cgroup_id = BPF_CORE_READ(anc, kn, id);
 		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 		if (!q) {
 			s->seen[i] = 0;

@@ -9,30 +9,28 @@
  * (sockops sees only connections established after attach). On unset
  * (release 1) it lifts what the assist set (the pacing cap, the window
  * clamp), so no socket keeps a limit that is gone, idle ones included.
- * Membership is read from the socket's cgroup and its ancestors in the
- * kernel, so it holds under a cgroup namespace too. */
+ * Membership is read from the socket's cgroup path (cgpath.h). */
 #ifndef HBM_SOCKETS_H
 #define HBM_SOCKETS_H
 
 #include "assist.h"
+#include "cgpath.h"
 
 /* in_group reports whether the socket was created in group id or below it. */
 static __always_inline int in_group(struct sock *sk, __u64 id)
 {
-	struct cgroup *cg = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
-	struct cgroup *anc;
+	struct cgroup *cg;
+	__u64 lvl_id;
 	int level, i;
 
+	cg = sk_cgroup(sk, &level);
 	if (!cg)
 		return 0;
-	level = BPF_CORE_READ(cg, level);
 	for (i = 0; i < HBM_MAX_LEVELS; i++) {
-		if (i > level)
+		lvl_id = cgroup_level_id(cg, level, i);
+		if (!lvl_id)
 			return 0;
-		anc = NULL;
-		if (bpf_core_read(&anc, sizeof(anc), &cg->ancestors[i]) || !anc)
-			return 0;
-		if (BPF_CORE_READ(anc, kn, id) == id)
+		if (lvl_id == id)
 			return 1;
 	}
 	return 0;
