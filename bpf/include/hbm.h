@@ -72,6 +72,9 @@ struct hbm_config {
 	__u32 small_pkt_bytes;  /* packets below this are "small" (SYN, pure ACK) */
 	__u32 min_inflight;     /* TCP flows with fewer packets out are never dropped */
 	__s64 pace_target_ns;   /* the share loop steers the backlog to this */
+	__u64 ceil_bps;         /* most the group may take, borrowing what the other
+	                         * groups under the nearest limited group above it
+	                         * leave (lend.h); <= rate_bps: no borrowing */
 };
 
 /* A limit's counters, in its queue (struct hbm_queue), updated under the
@@ -147,6 +150,20 @@ struct hbm_queue {
 	__u64 ctl_unpaced; /* egress: wire bytes TCP does not pace (a connection's
 	                    * first segments) in the control interval ... */
 	__u64 unpaced_Bps; /* ... as a rate, smoothed (the share's floor, share.h) */
+	/* Borrowing (lend.h). The rate in force, written once per lending
+	 * interval, not divided per packet: */
+	__u64 eff_bps;          /* rate_bps plus what the group borrows */
+	__u64 eff_ns_per_byte;  /* time one byte takes at it: whole ns ... */
+	__u32 eff_frac;         /* ... plus this many 2^-32 ns */
+	__u32 lend_pad;
+	__u64 eff_base_bps;     /* the configured rate they were written for
+	                         * (vqueue.h, rate_sync) */
+	__u64 lend_ns;          /* start of the current lending interval */
+	__u64 lend_bytes;       /* wire bytes passed in it */
+	__u64 lend_q16;         /* as a lender: the multiple of their guarantees the
+	                         * borrowers below may take, 16-bit fixed point
+	                         * (0: one, nothing lent) */
+	__u64 lend_want_ns;     /* last time a borrower below wanted more than that */
 	struct hbm_stats st; /* the limit's counters */
 };
 

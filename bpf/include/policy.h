@@ -74,10 +74,16 @@ struct verdict {
 	/* The levels that charged the packet (police_path): refunded if a
 	 * level above them drops it. The first VERDICT_CHARGED only: deeper
 	 * nesting than that pays for what a level above drops. */
-	__u32 ncharged;
+	__u8 ncharged;
+	__u8 lend_due;      /* bit i: the level of charged_id[i] has a lending
+	                     * interval to end (lend.h, lend_walk) */
+	__u8 borrowed;      /* a level below that may borrow passed it: the levels
+	                     * above leave its flows' shares to it (lend.h) */
 	__u64 charged_id[VERDICT_CHARGED];
 	__u64 charged_ns[VERDICT_CHARGED];
 };
+
+#include "lend.h"
 
 /* rx_protected's answers */
 #define RX_EXPOSED       0 /* dropped by the thresholds like any packet */
@@ -166,7 +172,7 @@ static __always_inline int flow_held(const struct hbm_sock *s, int candidate)
 static __always_inline int fresh_budget(struct hbm_queue *q, const struct hbm_config *cfg,
 					__u64 cost, __u64 now)
 {
-	__u64 depth = cost_ns_bytes(cfg, FRESH_BURST_BYTES);
+	__u64 depth = cost_ns_bytes(q, cfg, FRESH_BURST_BYTES);
 	__u64 c = cost * FRESH_COST_NUM / FRESH_COST_DEN;
 	int room;
 
@@ -255,6 +261,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		s = sk;
 
 	bpf_spin_lock(&q->lock);
+	rate_sync(q, cfg);
 	backlog = vq_clamp(q, cfg, v->now);
 	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && backlog > (__s64)cfg->drop_large_ns) {
 		/* gate.h: its timer sends it again once the backlog drained. */
@@ -263,7 +270,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		return POLICE_DROP;
 	}
 	frac = q->frac;
-	cost = cost_ns(cfg, v->p.wire_bytes, &frac);
+	cost = cost_ns(q, cfg, v->p.wire_bytes, &frac);
 	backlog += cost;
 	if (v->fresh)
 		v->fresh = fresh_budget(q, cfg, cost, v->now);
@@ -280,6 +287,11 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		q->frac = frac;
 		st->packets += v->p.segs;
 		st->bytes += v->p.wire_bytes;
+		/* lend.h: counted here, the interval ended after the walk
+		 * (lend_walk) by the level's place in charged_id (below). */
+		q->lend_bytes += v->p.wire_bytes;
+		if ((__s64)(v->now - q->lend_ns) >= (__s64)LEND_INTERVAL_NS)
+			v->lend_due |= 1 << (v->ncharged & 7);
 		if (cfg->flags & HBM_F_PACE) {
 			/* Ingress: RPC bursts go first; the paced flows share
 			 * what they leave. Egress: a server's unpaced first
@@ -296,8 +308,14 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 			changed = share_count(q, cfg, s, lvl, s && !v->candidate ? (__u32)v->p.wire_bytes : 0,
 					      v->xfer, v->now);
 			share_update(q, cfg, &v->p, backlog, v->now, v->dir == HBM_DIR_EGRESS, changed);
-			share = share_of(q, cfg, v->xfer ? XFER_WEIGHT : 1);
-			xfer_share = share_of(q, cfg, XFER_WEIGHT);
+			/* Above a borrower its rate in force paces its
+			 * flows: the lender's own share, divided by flows
+			 * rather than guarantees, would split it equally
+			 * among its groups (lend.h). */
+			if (!v->borrowed) {
+				share = share_of(q, cfg, v->xfer ? XFER_WEIGHT : 1);
+				xfer_share = share_of(q, cfg, XFER_WEIGHT);
+			}
 		}
 	}
 	bpf_spin_unlock(&q->lock);
@@ -317,6 +335,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	 * fast-retransmit). */
 	if (v->dir == HBM_DIR_INGRESS && (cfg->flags & HBM_F_NO_DROP) && !v->ect)
 		share = 0;
+	v->borrowed |= cfg->ceil_bps > cfg->rate_bps;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
 	if (xfer_share && (!v->xfer_Bps || xfer_share < v->xfer_Bps))
@@ -425,6 +444,8 @@ static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v
 		if (!bpf_skb_ancestor_cgroup_id(skb, depth))
 			break; /* past the socket's own group */
 	police_walk(skb, v, s, depth);
+	if (v->lend_due)
+		lend_walk(v);
 }
 
 /* verdict_learn writes what the levels learned of the packet's flow into its

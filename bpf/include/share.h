@@ -205,7 +205,7 @@ static __always_inline __u64 flow_gap_ns(const struct hbm_queue *q, __u64 rate, 
  * within [FLOW_WINDOW_MIN_NS, FLOW_WINDOW_MAX_NS]. */
 static __always_inline __u64 share_window_ns(const struct hbm_queue *q, const struct hbm_config *cfg)
 {
-	__u64 win = FLOW_WINDOW_GAPS * flow_gap_ns(q, cfg->rate_bps / 8, share_flows_seen(q));
+	__u64 win = FLOW_WINDOW_GAPS * flow_gap_ns(q, rate_bps(q, cfg) / 8, share_flows_seen(q));
 
 	if (win < FLOW_WINDOW_MIN_NS)
 		win = FLOW_WINDOW_MIN_NS;
@@ -289,7 +289,7 @@ static __always_inline int share_count(struct hbm_queue *q, const struct hbm_con
 static __always_inline __u64 share_of(const struct hbm_queue *q, const struct hbm_config *cfg, __u32 w)
 {
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;
-	__u64 ceil = (cfg->rate_bps / 8) * pq >> 16, c = q->share_Bps * w;
+	__u64 ceil = (rate_bps(q, cfg) / 8) * pq >> 16, c = q->share_Bps * w;
 
 	return c < ceil ? c : ceil;
 }
@@ -395,7 +395,7 @@ static __always_inline __s64 share_target_ns(const struct hbm_queue *q, const st
 
 	if (!egress)
 		return t;
-	p = (__s64)cost_ns_bytes(cfg, 2 * pkt);
+	p = (__s64)cost_ns_bytes(q, cfg, 2 * pkt);
 	return p > t ? p : t;
 }
 
@@ -452,7 +452,7 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 					 const struct pkt *p, __s64 backlog, __u64 now, int egress,
 					 int changed)
 {
-	__u64 rate = cfg->rate_bps / 8, m = q->share_mul, dt, y, y_rpc, target, ratio, fair, ceil, c;
+	__u64 rate = rate_bps(q, cfg) / 8, m = q->share_mul, dt, y, y_rpc, target, ratio, fair, ceil, c;
 	__u64 room, floor, drain = SHARE_DRAIN_NS, u;
 	__u32 n;
 	__u32 pq = q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT;

@@ -7,21 +7,47 @@
 
 #include "hbm.h"
 
-/* cost_ns returns the time wire_bytes take at the configured rate, adding the
- * sub-ns remainder to *frac. wire_bytes <= 2^40 and ns_per_byte <= 2^20 keep
- * both products below 2^64. */
-static __always_inline __u64 cost_ns(const struct hbm_config *cfg, __u64 wire_bytes, __u32 *frac)
+/* rate_sync makes the queue's rate in force the configured one where it
+ * was written for another configured rate (a new queue, a changed limit).
+ * Call with the queue locked, before rate_bps or cost_ns: those then read
+ * the queue alone, without a branch per use (one per use took police_level
+ * past the verifier's limit). */
+static __always_inline void rate_sync(struct hbm_queue *q, const struct hbm_config *cfg)
 {
-	__u64 f = wire_bytes * cfg->ns_per_byte_frac + *frac;
+	if (q->eff_base_bps == cfg->rate_bps && q->eff_bps)
+		return;
+	q->eff_base_bps = cfg->rate_bps;
+	q->eff_bps = cfg->rate_bps;
+	q->eff_ns_per_byte = cfg->ns_per_byte;
+	q->eff_frac = cfg->ns_per_byte_frac;
+}
+
+/* rate_bps is the rate in force: the configured rate, or more while the
+ * group borrows (lend.h), in bits per second. After rate_sync. */
+static __always_inline __u64 rate_bps(const struct hbm_queue *q, const struct hbm_config *cfg)
+{
+	return q->eff_bps;
+}
+
+/* cost_ns returns the time wire_bytes take at the rate in force, adding the
+ * sub-ns remainder to *frac. wire_bytes <= 2^40 and ns_per_byte <= 2^20 keep
+ * both products below 2^64. After rate_sync. */
+static __always_inline __u64 cost_ns(const struct hbm_queue *q, const struct hbm_config *cfg,
+				     __u64 wire_bytes, __u32 *frac)
+{
+	__u64 f = wire_bytes * q->eff_frac + *frac;
 
 	*frac = (__u32)f;
-	return wire_bytes * cfg->ns_per_byte + (f >> 32);
+	return wire_bytes * q->eff_ns_per_byte + (f >> 32);
 }
 
 /* cost_ns_bytes is cost_ns without the remainder, for budgets. */
-static __always_inline __u64 cost_ns_bytes(const struct hbm_config *cfg, __u64 wire_bytes)
+static __always_inline __u64 cost_ns_bytes(const struct hbm_queue *q, const struct hbm_config *cfg,
+					   __u64 wire_bytes)
 {
-	return wire_bytes * cfg->ns_per_byte + (wire_bytes * cfg->ns_per_byte_frac >> 32);
+	__u32 frac = 0;
+
+	return cost_ns(q, cfg, wire_bytes, &frac);
 }
 
 /* vq_clamp applies the queue's bounds and returns its backlog before the next

@@ -12,6 +12,8 @@ import (
 // limitFlags are the options of a limit, shared by hbm set and hbm exec.
 type limitFlags struct {
 	egress, ingress rate.Rate
+	egressCeil      rate.Rate
+	ingressCeil     rate.Rate
 	th              rate.Thresholds
 	loopback        bool
 	noDrop          bool
@@ -24,6 +26,8 @@ func (lf *limitFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.Var(&lf.egress, "egress", "egress `RATE` (e.g. 200mbit, 1gbit)")
 	f.Var(&lf.ingress, "ingress", "ingress `RATE` (e.g. 500mbit, 9gbit)")
+	f.Var(&lf.egressCeil, "egress-ceil", "most the group may send, borrowing what its siblings under the nearest limited group above leave unused (`RATE`; default: --egress, no borrowing)")
+	f.Var(&lf.ingressCeil, "ingress-ceil", "most the group may receive, borrowing as --egress-ceil (`RATE`; default: --ingress)")
 	f.BoolVar(&lf.loopback, "loopback", false, "police loopback traffic too (exempt by default)")
 	f.BoolVar(&lf.noDrop, "no-drop", false, "mark only, never drop (ingress: incast protection; --mark and --burst then default to 200us)")
 	f.BoolVar(&lf.noPace, "no-pace", false, "no pacing assist (egress): police with marks and drops only")
@@ -39,9 +43,15 @@ func (lf *limitFlags) register(cmd *cobra.Command) {
 // limits returns the limit of each direction named on cmd's command line
 // (nil: not named), validated: a usage error names the flag at fault.
 func (lf *limitFlags) limits(cmd *cobra.Command) (egress, ingress *dataplane.Limit, err error) {
-	mk := func(flag string, r rate.Rate) (*dataplane.Limit, error) {
+	mk := func(flag string, r, ceil rate.Rate) (*dataplane.Limit, error) {
 		if !cmd.Flags().Changed(flag) {
+			if cmd.Flags().Changed(flag + "-ceil") {
+				return nil, usagef("--%s-ceil needs --%s (the rate it guarantees)", flag, flag)
+			}
 			return nil, nil
+		}
+		if ceil != 0 && ceil < r {
+			return nil, usagef("--%s-ceil %v is below --%s %v: the ceiling is the most the group may take", flag, ceil, flag, r)
 		}
 		t := lf.th
 		if flag == "ingress" && lf.noDrop { // incast protection: its own defaults
@@ -51,13 +61,13 @@ func (lf *limitFlags) limits(cmd *cobra.Command) (egress, ingress *dataplane.Lim
 		if err := t.Validate(); err != nil {
 			return nil, usageError{fmt.Errorf("--%s %v: %w", flag, r, err)}
 		}
-		return &dataplane.Limit{Rate: r, Thresholds: t, Loopback: lf.loopback, NoDrop: lf.noDrop,
+		return &dataplane.Limit{Rate: r, Ceil: ceil, Thresholds: t, Loopback: lf.loopback, NoDrop: lf.noDrop,
 			MinInflight: lf.minInflight, NoPace: lf.noPace}, nil
 	}
-	if egress, err = mk("egress", lf.egress); err != nil {
+	if egress, err = mk("egress", lf.egress, lf.egressCeil); err != nil {
 		return nil, nil, err
 	}
-	if ingress, err = mk("ingress", lf.ingress); err != nil {
+	if ingress, err = mk("ingress", lf.ingress, lf.ingressCeil); err != nil {
 		return nil, nil, err
 	}
 	return egress, ingress, nil

@@ -77,6 +77,14 @@ off before the switch buffer in front of the host overflows. It holds ECN TCP
 flows with the window clamp, marks those the window can still slow and other
 ECN traffic, and leaves senders without ECN as they are.
 
+A rate is a hard cap unless a ceiling is given (--egress-ceil, --ingress-ceil):
+then the rate is what the group is guaranteed, and it may take up to the
+ceiling by borrowing what the other groups under the nearest limited group
+above it leave unused, shared in proportion to their rates. Limit the parent
+(the root group at the link's rate, for the whole host) to lend: a group with
+no limited group above it keeps its rate. A group that wants its rate back
+gets it within a few milliseconds.
+
 The options apply to every direction named in the same call; set the
 directions in two calls to give them different options. Thresholds are times
 of virtual queue at RATE; each is raised to hold a few full-size packets at
@@ -84,6 +92,8 @@ low rates.`,
 		Example: `  hbm set /workload/batch --egress 200mbit
   hbm set /sys/fs/cgroup/unified/workload/batch --egress 1.5gbit
   hbm set /workload/batch --egress 200mbit --ingress 500mbit
+  hbm set /tenants --egress 1gbit
+  hbm set /tenants/a --egress 300mbit --egress-ceil 1gbit
   hbm set / --ingress 9gbit --no-drop
   hbm set / --egress 9gbit --mark 500us`,
 		Args: cobra.ExactArgs(1),
@@ -129,6 +139,9 @@ low rates.`,
 				mode := ""
 				if c.Limit.NoDrop {
 					mode = " (mark only)"
+				}
+				if c.Limit.Ceil > c.Limit.Rate {
+					mode = fmt.Sprintf(", borrowing up to %v%s", c.Limit.Ceil, mode)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limited to %v%s\n", safetext.Quote(g.Rel), c.Dir, c.Limit.Rate, mode)
 			}
@@ -226,7 +239,8 @@ func groupEntries(es []dataplane.Entry) []jsonout.Group {
 			out = append(out, jsonout.NewGroup(e.Cgroup, e.CgroupID))
 			out[i].Removed, out[i].Unresolved = e.Gone, e.Cgroup == "" && !e.Gone
 		}
-		d := &jsonout.Direction{RateBps: uint64(e.Limit.Rate), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced,
+		d := &jsonout.Direction{RateBps: uint64(e.Limit.Rate), CeilBps: uint64(e.Limit.Ceil),
+			InForceBps: uint64(e.Stats.InForce), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced,
 			Bytes: e.Stats.Bytes, Packets: e.Stats.Packets, Marked: e.Stats.Marked, CWR: e.Stats.CWR,
 			Dropped: e.Stats.Dropped, DroppedBytes: e.Stats.DroppedBytes, Gated: e.Stats.Gated}
 		if e.Dir == dataplane.Ingress {
@@ -245,7 +259,9 @@ func newShowCmd() *cobra.Command {
 		Short: "List limited cgroups with their rates and counters",
 		Long: `List every limited cgroup with its rate and counters per direction: wire bytes
 and packets passed (a GSO packet counts as its segments), packets CE-marked,
-congestion codes returned to TCP (cwr), packets and bytes dropped.`,
+congestion codes returned to TCP (cwr), packets and bytes dropped. For a group
+that may borrow, CEIL is its ceiling and NOW the rate in force (its rate plus
+what it borrows).`,
 		Example: `  hbm show
   hbm show --json`,
 		Args: cobra.NoArgs,
@@ -287,7 +303,7 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tENFORCED\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\tGATED\t")
+	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tCEIL\tNOW\tENFORCED\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\tGATED\t")
 	for _, e := range es {
 		name := safetext.Quote(e.Cgroup)
 		switch {
@@ -300,7 +316,11 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 		if !e.Enforced {
 			enf = "NO"
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate, enf,
+		ceil, now := "-", "-"
+		if e.Limit.Ceil > e.Limit.Rate {
+			ceil, now = e.Limit.Ceil.String(), e.Stats.InForce.String()
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate, ceil, now, enf,
 			e.Stats.Bytes, e.Stats.Packets, e.Stats.Marked, e.Stats.CWR, e.Stats.Dropped, e.Stats.DroppedBytes, e.Stats.Gated)
 	}
 	return tw.Flush()

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/rate"
 )
 
 // Manager is a handle on HBM's pinned state, holding its lock.
@@ -329,6 +330,7 @@ func (m *Manager) setSteps(g cgroup.Group, d Direction, l Limit) error {
 	if err != nil {
 		return err
 	}
+	m.warnCeil(g, d, l)
 	k := key(g.ID, d)
 	var cur hbmHbmConfig
 	if m.st.limits.Lookup(&k, &cur) == nil && m.coveredBy(g, d) != 0 {
@@ -373,6 +375,7 @@ func (m *Manager) set(g cgroup.Group, d Direction, l Limit) error {
 	if err != nil {
 		return err
 	}
+	m.warnCeil(g, d, l)
 	k := key(g.ID, d)
 	var cur hbmHbmConfig
 	if m.st.limits.Lookup(&k, &cur) == nil && m.coveredBy(g, d) != 0 {
@@ -404,6 +407,15 @@ func (m *Manager) set(g cgroup.Group, d Direction, l Limit) error {
 		m.step("walked sockets")
 	}
 	return m.end()
+}
+
+// warnCeil warns where a ceiling above the rate cannot be used: no group
+// above g is limited in d, so there is nothing to borrow from (the group
+// keeps its rate).
+func (m *Manager) warnCeil(g cgroup.Group, d Direction, l Limit) {
+	if l.Ceil > l.Rate && m.top(g, d) {
+		m.warn("%s %v: no limited group above it to borrow from: it keeps its rate %v (limit a parent, or the root group at the link's rate, to lend)", g, d, l.Rate)
+	}
 }
 
 // create writes the counters, queue and configuration of (g, d), the
@@ -725,7 +737,7 @@ func (m *Manager) list(enforced bool) ([]Entry, error) {
 	paths := cgroupPaths(m.mount)
 	it := m.eachLimit()
 	for it.Next(&k, &c) {
-		st, err := m.readStats(k)
+		st, err := m.readStats(k, c)
 		if err != nil {
 			return nil, err
 		}
@@ -827,17 +839,23 @@ func cgroupPaths(mnt string) map[uint64]string {
 	return out
 }
 
-func (m *Manager) readStats(k hbmHbmKey) (Stats, error) {
+func (m *Manager) readStats(k hbmHbmKey, c hbmHbmConfig) (Stats, error) {
 	var q hbmHbmQueue
 	if err := m.lookupQueue(k, &q); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Stats{}, nil
+			return Stats{InForce: rate.Rate(c.RateBps)}, nil
 		}
 		return Stats{}, fmt.Errorf("read counters of cgroup id %d: %w", k.CgroupId, err)
 	}
 	p := q.St
-	return Stats{Bytes: p.Bytes, Packets: p.Packets, Marked: p.Marked, CWR: p.Cwr,
-		Dropped: p.Dropped, DroppedBytes: p.DroppedBytes, Gated: p.Gated}, nil
+	st := Stats{Bytes: p.Bytes, Packets: p.Packets, Marked: p.Marked, CWR: p.Cwr,
+		Dropped: p.Dropped, DroppedBytes: p.DroppedBytes, Gated: p.Gated}
+	if q.EffBps != 0 && q.EffBaseBps == c.RateBps {
+		st.InForce = rate.Rate(q.EffBps)
+	} else {
+		st.InForce = rate.Rate(c.RateBps) // not yet written for this rate (vqueue.h, rate_sync)
+	}
+	return st, nil
 }
 
 // Prune removes the limits of groups that certainly no longer exist, and

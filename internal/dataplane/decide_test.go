@@ -112,7 +112,7 @@ func (h *harness) vtime() uint64 {
 
 func (h *harness) counters() Stats {
 	m := &Manager{st: &state{queues: h.queues}}
-	s, err := m.readStats(h.key)
+	s, err := m.readStats(h.key, hbmHbmConfig{})
 	must(h.t, err)
 	return s
 }

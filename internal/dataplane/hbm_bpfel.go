@@ -34,6 +34,7 @@ type hbmHbmConfig struct {
 	SmallPktBytes uint32
 	MinInflight   uint32
 	PaceTargetNs  int64
+	CeilBps       uint64
 }
 
 type hbmHbmDir uint32
@@ -124,6 +125,15 @@ type hbmHbmQueue struct {
 	CtlMinBacklogNs int64
 	CtlUnpaced      uint64
 	UnpacedBps      uint64
+	EffBps          uint64
+	EffNsPerByte    uint64
+	EffFrac         uint32
+	LendPad         uint32
+	EffBaseBps      uint64
+	LendNs          uint64
+	LendBytes       uint64
+	LendQ16         uint64
+	LendWantNs      uint64
 	St              hbmHbmStats
 }
 

@@ -31,7 +31,12 @@ func (d Direction) String() string {
 
 // Limit is what a user sets on one direction of one group.
 type Limit struct {
-	Rate       rate.Rate
+	Rate rate.Rate // the guarantee
+	// Ceil is the most the group may take: above Rate it borrows what the
+	// other groups under the nearest limited group above it leave unused,
+	// in proportion to their rates (bpf/include/lend.h). 0 or Rate: no
+	// borrowing, the rate is a hard cap.
+	Ceil       rate.Rate
 	Thresholds rate.Thresholds // zero value: rate.Default(Rate)
 	Loopback   bool            // police loopback traffic too
 	NoDrop     bool            // mark only, never drop
@@ -66,6 +71,9 @@ type Stats struct {
 	// Gated counts new connections whose handshake waited out the
 	// group's backlog (bpf/include/gate.h).
 	Gated uint64 `json:"gated"`
+	// InForce is the rate in force: Limit.Rate, or more while the group
+	// borrows (up to Limit.Ceil).
+	InForce rate.Rate `json:"rate_in_force_bps"`
 }
 
 // Validate checks a limit without touching any state.
@@ -78,6 +86,12 @@ func (l Limit) Validate() error {
 func config(l Limit) (hbmHbmConfig, error) {
 	if l.Rate < rate.Min || l.Rate > rate.Max {
 		return hbmHbmConfig{}, fmt.Errorf("rate %v out of range [%v, %v]", l.Rate, rate.Min, rate.Max)
+	}
+	if l.Ceil != 0 && l.Ceil < l.Rate {
+		return hbmHbmConfig{}, fmt.Errorf("ceiling %v below the rate %v", l.Ceil, l.Rate)
+	}
+	if l.Ceil > rate.Max {
+		return hbmHbmConfig{}, fmt.Errorf("ceiling %v above %v", l.Ceil, rate.Max)
 	}
 	th := l.Thresholds
 	if th == (rate.Thresholds{}) {
@@ -103,6 +117,9 @@ func config(l Limit) (hbmHbmConfig, error) {
 	if l.MinInflight != 0 {
 		c.MinInflight = l.MinInflight
 	}
+	if l.Ceil > l.Rate {
+		c.CeilBps = uint64(l.Ceil)
+	}
 	if l.Loopback {
 		c.Flags |= hbmHbmFlagsHBM_F_LOOPBACK
 	}
@@ -116,8 +133,13 @@ func config(l Limit) (hbmHbmConfig, error) {
 }
 
 func limitOf(c hbmHbmConfig) Limit {
+	var ceil rate.Rate
+	if c.CeilBps > c.RateBps {
+		ceil = rate.Rate(c.CeilBps)
+	}
 	return Limit{
 		Rate: rate.Rate(c.RateBps),
+		Ceil: ceil,
 		Thresholds: rate.Thresholds{
 			Burst:      time.Duration(c.BurstNs),
 			Pace:       time.Duration(c.PaceTargetNs),

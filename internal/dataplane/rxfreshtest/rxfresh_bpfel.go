@@ -34,6 +34,7 @@ type rxfreshHbmConfig struct {
 	SmallPktBytes uint32
 	MinInflight   uint32
 	PaceTargetNs  int64
+	CeilBps       uint64
 }
 
 type rxfreshHbmDir uint32
@@ -115,6 +116,15 @@ type rxfreshHbmQueue struct {
 	CtlMinBacklogNs int64
 	CtlUnpaced      uint64
 	UnpacedBps      uint64
+	EffBps          uint64
+	EffNsPerByte    uint64
+	EffFrac         uint32
+	LendPad         uint32
+	EffBaseBps      uint64
+	LendNs          uint64
+	LendBytes       uint64
+	LendQ16         uint64
+	LendWantNs      uint64
 	St              struct {
 		_            structs.HostLayout
 		Bytes        uint64

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Borrowing: a guarantee, a ceiling, and what a parent lends.
+ *
+ * A group's configured rate is its guarantee; its ceiling (ceil_bps) is the
+ * most it may take. The rate in force (hbm_queue.eff_bps) lies between them:
+ * the guarantee times what the nearest limited group above it lends
+ * (lend_q16), at most the ceiling. One multiple for all the groups below a
+ * lender is weighted max-min fairness with the guarantees as weights: a
+ * group that wants less leaves the rest to the others in proportion to
+ * their guarantees, and since the guarantees below a lender sum to at most
+ * its rate, a multiple of at least one gives each group its guarantee.
+ *
+ * The lender moves its multiple once per lending interval, from what its
+ * own virtual queue sees (the sum of everything below it), after RCP:
+ * - its queue stands above the mark: the groups below take more than it
+ *   has; down by the ratio of its rate to what passed (at least a
+ *   sixteenth, at most half), at once: a group that wakes gets its
+ *   guarantee back within a few intervals;
+ * - below the mark, less passed than its rate and a borrower below wanted
+ *   more within LEND_WANT_NS: up a quarter of the way to that ratio (at
+ *   most 2);
+ * - otherwise it stays: nobody wants what is left, and the multiple does
+ *   not grow without bound for a group that will wake into it.
+ * The lender's own policing holds the sum meanwhile, as for any nested
+ * limit (policy.h, police_path).
+ *
+ * No lock is shared on the per-packet path: each level takes its own
+ * queue's lock, as before. A borrower asks for its lender's multiple once
+ * per interval through the packet's verdict (v->borrow_id): the walk goes
+ * up the cgroup path, and the first limited level above the borrower, the
+ * lender, answers with its multiple (lend_walk, after the walk, once per
+ * interval); lend_apply then writes the borrower's new rate into its queue. The
+ * lender is whatever limited group the walk finds next, so nothing in the
+ * configuration names it, and a borrower with none (the topmost limited
+ * group) keeps its guarantee. Include after vmlinux.h. */
+#ifndef HBM_LEND_H
+#define HBM_LEND_H
+
+#include "hbm.h"
+#include "maps.h"
+#include "vqueue.h"
+/* and struct verdict (policy.h, which includes this after it) */
+
+#define LEND_INTERVAL_NS 1000000ULL          /* the lending interval */
+#define LEND_DT_MAX_NS   1000000000ULL       /* an idle interval counts this long at most */
+#define LEND_ONE         (1ULL << 16)        /* the multiple one: nothing lent */
+#define LEND_MAX         (LEND_ONE << 12)    /* a guarantee grows at most 4096-fold */
+#define LEND_DOWN_MIN    (LEND_ONE >> 1)     /* down by half per interval at most ... */
+#define LEND_DOWN_MAX    (LEND_ONE - (LEND_ONE >> 4)) /* ... and at least by a sixteenth */
+#define LEND_UP_MAX      (LEND_ONE << 1)     /* up to twice per interval at most */
+#define LEND_WANT_NS     (4 * LEND_INTERVAL_NS) /* a borrower's want lasts this long */
+
+/* lend_tick ends a lending interval if one is due: moves the level's
+ * multiple as a lender and, for a borrower (ceil_bps above rate_bps), says
+ * whether it wants more than it has (*want) and returns 1: the caller asks
+ * the lender above for its multiple. backlog: the queue's, after the
+ * packet. Called with the queue locked. Rates < 2^39 bits/s, bytes per
+ * interval < 2^40 (dt <= 1 s). */
+static __always_inline int lend_tick(struct hbm_queue *q, const struct hbm_config *cfg, __s64 backlog,
+				     __u64 now, __u8 *want)
+{
+	__u64 dt, y, rate, phi, ratio, up;
+
+	dt = now - q->lend_ns;
+	if ((__s64)dt < (__s64)LEND_INTERVAL_NS)
+		return 0; /* another CPU ended it */
+	if (dt > LEND_DT_MAX_NS)
+		dt = LEND_DT_MAX_NS;
+	y = q->lend_bytes * 1000000ULL / (dt / 1000); /* bytes/s */
+	q->lend_bytes = 0;
+	q->lend_ns = now;
+	rate = q->eff_bps / 8;
+
+	phi = q->lend_q16 ? q->lend_q16 : LEND_ONE;
+	if (backlog > (__s64)cfg->mark_ns) {
+		ratio = y > rate ? (rate << 16) / y : LEND_DOWN_MAX;
+		if (ratio > LEND_DOWN_MAX)
+			ratio = LEND_DOWN_MAX;
+		if (ratio < LEND_DOWN_MIN)
+			ratio = LEND_DOWN_MIN;
+		phi = phi * ratio >> 16;
+	} else if (y < rate && (__s64)(now - q->lend_want_ns) < (__s64)LEND_WANT_NS) {
+		ratio = y ? (rate << 16) / y : LEND_UP_MAX;
+		if (ratio > LEND_UP_MAX)
+			ratio = LEND_UP_MAX;
+		up = phi * ratio >> 16;
+		phi += (up - phi) >> 2;
+	}
+	if (phi < LEND_ONE)
+		phi = LEND_ONE;
+	if (phi > LEND_MAX)
+		phi = LEND_MAX;
+	q->lend_q16 = phi == LEND_ONE ? 0 : phi;
+
+	if (cfg->ceil_bps <= cfg->rate_bps) {
+		if (q->eff_bps != cfg->rate_bps)
+			q->eff_bps = 0; /* no longer a borrower: its guarantee (rate_sync) */
+		return 0;
+	}
+	/* Held by what it has (its own queue stands) or using nearly all of
+	 * it, below its ceiling: it wants more. */
+	*want = q->eff_bps < cfg->ceil_bps && (backlog > (__s64)cfg->mark_ns || y >= rate - (rate >> 4));
+	return 1;
+}
+
+/* lend_level is one level's part in borrowing (group id, direction dir):
+ * asked (ask: 1, or 2 with the borrower's want) by a borrower below whose
+ * interval ended on this packet, it answers its multiple and notes the want;
+ * then, if due, it ends its own interval (lend_tick). Returns the answer
+ * (bits 0-31; 0: not asked, or no limit), bit 32 if it is a borrower that
+ * ended its interval, bit 33 if it wants more. A global function: verified
+ * once, its stack not the program's. */
+__noinline __u64 lend_level(__u32 dir, __u64 id, __u64 now, __u32 ask, __u32 due)
+{
+	struct hbm_key key = { .cgroup_id = id, .dir = dir };
+	const struct hbm_config *cfg;
+	struct hbm_queue *q;
+	__u64 ans = 0, borrower = 0;
+	__u8 want = 0;
+
+	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
+	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+	if (!cfg || !q)
+		return 0;
+	bpf_spin_lock(&q->lock);
+	if (ask) {
+		ans = q->lend_q16 ? q->lend_q16 : LEND_ONE;
+		if (ask == 2)
+			q->lend_want_ns = now;
+	}
+	if (due)
+		borrower = lend_tick(q, cfg, (__s64)(q->vtime_ns - now), now, &want);
+	bpf_spin_unlock(&q->lock);
+	return ans | borrower << 32 | (__u64)(want != 0) << 33;
+}
+
+/* lend_rate is the rate in force for a guarantee rate and a ceiling ceil
+ * (bits/s) under a lender's multiple phi: rate x phi, at most ceil. The
+ * product is formed only below ceil x 2^16 (< 2^55). */
+static __always_inline __u64 lend_rate(__u64 rate, __u64 ceil, __u64 phi)
+{
+	if (!rate || phi >= (ceil << 16) / rate)
+		return ceil;
+	return rate * phi >> 16;
+}
+
+/* lend_apply writes borrower id's rate in force from its lender's multiple
+ * phi (0: no lender answered: no limited group above it, so its guarantee),
+ * with the cost of a byte at it: the divisions once per interval, not per
+ * packet. A global function: its stack is not the program's. */
+__noinline int lend_apply(__u64 id, __u32 dir, __u64 phi)
+{
+	struct hbm_key key = { .cgroup_id = id, .dir = dir };
+	const struct hbm_config *cfg;
+	struct hbm_queue *q;
+	__u64 eff = 0, whole = 0, rem;
+	__u32 frac = 0;
+
+	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
+	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+	if (!cfg || !q)
+		return 0;
+	if (phi && cfg->ceil_bps > cfg->rate_bps)
+		eff = lend_rate(cfg->rate_bps, cfg->ceil_bps, phi);
+	if (eff > cfg->rate_bps) {
+		/* 8e9 ns-bits per byte over bits/s; rem < eff < 2^39, so
+		 * rem << 24 < 2^63: the fraction to 24 bits. */
+		whole = 8000000000ULL / eff;
+		rem = 8000000000ULL % eff;
+		frac = (__u32)(((rem << 24) / eff) << 8);
+	}
+	bpf_spin_lock(&q->lock);
+	if (eff > cfg->rate_bps) {
+		q->eff_bps = eff;
+		q->eff_ns_per_byte = whole;
+		q->eff_frac = frac;
+		q->eff_base_bps = cfg->rate_bps;
+	} else {
+		q->eff_bps = 0; /* its guarantee (rate_sync) */
+	}
+	bpf_spin_unlock(&q->lock);
+	return 0;
+}
+
+/* lend_walk ends the lending intervals due on this packet (v->lend_due),
+ * up the levels that charged it, in the walk's order: the first borrower
+ * among them asks each level above it until one answers (the first
+ * limited level above it that passed the packet, its lender), then gets its
+ * new rate (lend_apply): its guarantee where none answered and nothing
+ * was dropped (no limited group above it). After police_walk; only the
+ * first VERDICT_CHARGED limited levels of a path take part. */
+__noinline int lend_walk(struct verdict *v)
+{
+	__u64 r, phi = 0;
+	__u32 i, n, due, ask, borrower = 0, want = 0;
+
+	if (!v)
+		return 0;
+	n = v->ncharged;
+	for (i = 0; i < VERDICT_CHARGED; i++) {
+		if (i >= n)
+			break;
+		due = (v->lend_due >> i) & 1;
+		ask = borrower && !phi ? 1 + want : 0;
+		if (!due && !ask)
+			continue;
+		r = lend_level(v->dir, v->charged_id[i], v->now, ask, due);
+		if (ask)
+			phi = r & 0xffffffffULL;
+		if (((r >> 32) & 1) && !borrower) {
+			borrower = i + 1;
+			want = (r >> 33) & 1;
+		}
+	}
+	if (borrower && (phi || !v->drop))
+		lend_apply(v->charged_id[(borrower - 1) & (VERDICT_CHARGED - 1)], v->dir, phi);
+	return 0;
+}
+
+#endif /* HBM_LEND_H */
+

@@ -1,0 +1,95 @@
+package integration
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/workload"
+)
+
+// TestEgressBorrow: a group with a ceiling above its rate borrows what its
+// sibling under a limited parent leaves unused, and gives it back when the
+// sibling sends (bpf/include/lend.h). /p at 400mbit; /p/a guaranteed
+// 120mbit and /p/b 280mbit, both with a ceiling of 400mbit. A hard cap
+// (the data plane before borrowing) holds /p/a alone at 120mbit, which
+// the first bound fails; a lender that never takes back fails the second.
+func TestEgressBorrow(t *testing.T) {
+	l := egSetup(t, "egborrow")
+	parent, _ := l.cgroup(t, "p")
+	a, adir := l.cgroup(t, "p/a")
+	b, bdir := l.cgroup(t, "p/b")
+	l.set(t, parent, "400mbit")
+	defer l.hbm.Unset(parent)
+	for _, g := range []struct{ path, rate string }{{a, "120mbit"}, {b, "280mbit"}} {
+		if _, err := l.hbm.Run("set", g.path, "--egress", g.rate, "--egress-ceil", "400mbit"); err != nil {
+			t.Fatalf("hbm set %s --egress %s --egress-ceil 400mbit: %v", g.path, g.rate, err)
+		}
+		defer l.hbm.Unset(g.path)
+	}
+	if c, err := l.hbm.Egress(a); err != nil || c == nil || c.CeilBps != 400e6 {
+		t.Fatalf("hbm show --json: %s egress %+v (%v), want ceil_bps 400000000", a, c, err)
+	}
+
+	t.Run("alone", func(t *testing.T) {
+		r := l.run(t, adir, "cubic", false, a)
+		// All of the parent's rate but what TCP's first packets and
+		// the lender's steering cost: well above the 120mbit cap.
+		within(t, r, "400mbit", 0.75, egHigh)
+		if c, err := l.hbm.Egress(a); err != nil || c == nil || c.InForceBps <= 120e6 {
+			t.Errorf("hbm show --json after /p/a alone: %+v (%v), want rate_in_force_bps above its 120mbit", c, err)
+		}
+	})
+
+	t.Run("both", func(t *testing.T) {
+		type res struct {
+			r   *workload.Result
+			err error
+		}
+		ra, rb := make(chan res, 1), make(chan res, 1)
+		for _, x := range []struct {
+			dir string
+			ch  chan res
+		}{{adir, ra}, {bdir, rb}} {
+			go func(dir string, ch chan res) {
+				r, err := l.tb.RunClient(context.Background(), l.bin, dir, workload.Config{
+					Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams,
+					Warmup: egWarmup, Duration: egDuration, CC: "cubic",
+				})
+				ch <- res{r, err}
+			}(x.dir, x.ch)
+		}
+		ga, gb := <-ra, <-rb
+		if ga.err != nil || gb.err != nil {
+			t.Fatalf("clients: /p/a %v, /p/b %v", ga.err, gb.err)
+		}
+		// Goodput is payload: about 0.965 of the wire rate.
+		fa, fb := ga.r.Goodput/120e6, gb.r.Goodput/280e6
+		t.Logf("/p/a %.1f Mbit/s (%.3f of its 120mbit), /p/b %.1f Mbit/s (%.3f of its 280mbit), together %.3f of 400mbit",
+			ga.r.Goodput/1e6, fa, gb.r.Goodput/1e6, fb, (ga.r.Goodput+gb.r.Goodput)/400e6)
+		if fa < 0.70 || fa > 1.20 {
+			t.Errorf("/p/a at %.3f of its guarantee with /p/b busy, want [0.70, 1.20]", fa)
+		}
+		if fb < 0.70 || fb > 1.15 {
+			t.Errorf("/p/b at %.3f of its guarantee with /p/a busy, want [0.70, 1.15]", fb)
+		}
+		if s := (ga.r.Goodput + gb.r.Goodput) / 400e6; s > egHigh {
+			t.Errorf("together %.3f of the parent's 400mbit, want at most %.2f", s, egHigh)
+		}
+	})
+}
+
+// TestEgressBorrowNoLender: a ceiling without a limited group above has
+// nothing to borrow from; the group keeps its rate (and set warns).
+func TestEgressBorrowNoLender(t *testing.T) {
+	l := egSetup(t, "egnolend")
+	g, dir := l.cgroup(t, "w")
+	out, err := l.hbm.Run("set", g, "--egress", "200mbit", "--egress-ceil", "1gbit")
+	if err != nil {
+		t.Fatalf("hbm set: %v", err)
+	}
+	defer l.hbm.Unset(g)
+	t.Logf("hbm set: %s", out)
+	r := l.run(t, dir, "cubic", false, g)
+	within(t, r, "200mbit", egLow, egHigh)
+}
