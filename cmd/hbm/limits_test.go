@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -26,7 +27,7 @@ func TestShowJSON(t *testing.T) {
 
 	es := []dataplane.Entry{
 		{CgroupID: 7, Cgroup: "/a", Enforced: true, Dir: dataplane.Egress,
-			Limit: dataplane.Limit{Rate: 200e6}, Stats: dataplane.Stats{Bytes: 1000, Packets: 2, CWR: 1}},
+			Limit: dataplane.Limit{Rate: 200e6, Ceil: 1e9}, Stats: dataplane.Stats{Bytes: 1000, Packets: 2, CWR: 1, InForce: 700e6}},
 		{CgroupID: 8, Gone: true, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}},
 		{CgroupID: 7, Cgroup: "/a", Enforced: true, Dir: dataplane.Ingress,
 			Limit: dataplane.Limit{Rate: 500e6, NoDrop: true}, Stats: dataplane.Stats{Marked: 3, Dropped: 4, DroppedBytes: 6000}},
@@ -42,7 +43,7 @@ func TestShowJSON(t *testing.T) {
 	}
 	want := []jsonout.Group{
 		{Cgroup: "/a", CgroupID: 7,
-			Egress:  &jsonout.Direction{RateBps: 200e6, Enforced: true, Bytes: 1000, Packets: 2, CWR: 1},
+			Egress:  &jsonout.Direction{RateBps: 200e6, CeilBps: 1e9, InForceBps: 700e6, Enforced: true, Bytes: 1000, Packets: 2, CWR: 1},
 			Ingress: &jsonout.Direction{RateBps: 500e6, NoDrop: true, Enforced: true, Marked: 3, Dropped: 4, DroppedBytes: 6000}},
 		{CgroupID: 8, Removed: true, Egress: &jsonout.Direction{RateBps: 1e9}},
 		{CgroupID: 9, Unresolved: true, Ingress: &jsonout.Direction{RateBps: 1e6}},
@@ -135,5 +136,53 @@ func TestShowJSONHostileNames(t *testing.T) {
 			t.Errorf("group %d: cgroup %q, cgroup_bytes %v (%q, %v); want U+FFFD per bad byte and the exact bytes %q",
 				e.CgroupID, name, raw, exact, err, e.Cgroup)
 		}
+	}
+}
+
+// TestSetCeilFlags: a ceiling without its direction's rate, or below it, is
+// a usage error found before anything is touched (no root needed).
+func TestSetCeilFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"/g", "--egress-ceil", "1gbit"}, "--egress-ceil needs --egress"},
+		{[]string{"/g", "--egress", "100mbit", "--ingress-ceil", "1gbit"}, "--ingress-ceil needs --ingress"},
+		{[]string{"/g", "--egress", "100mbit", "--egress-ceil", "50mbit"}, "below --egress"},
+	} {
+		cmd := newSetCmd()
+		cmd.SetArgs(tc.args)
+		cmd.SetOut(new(bytes.Buffer))
+		cmd.SetErr(new(bytes.Buffer))
+		err := cmd.Execute()
+		var ue usageError
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ue) {
+			t.Errorf("hbm set %s: %v, want a usage error saying %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}
+
+// TestShowTableCeil: a group that may borrow shows its ceiling and the rate
+// in force; a hard limit shows neither.
+func TestShowTableCeil(t *testing.T) {
+	var buf bytes.Buffer
+	err := writeTable(&buf, []dataplane.Entry{
+		{CgroupID: 1, Cgroup: "/p/a", Dir: dataplane.Egress, Enforced: true,
+			Limit: dataplane.Limit{Rate: 120e6, Ceil: 400e6}, Stats: dataplane.Stats{InForce: 380e6}},
+		{CgroupID: 2, Cgroup: "/q", Dir: dataplane.Egress, Enforced: true,
+			Limit: dataplane.Limit{Rate: 1e9}, Stats: dataplane.Stats{InForce: 1e9}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(buf.String(), "\n")
+	if len(lines) < 3 || !strings.Contains(lines[0], "CEIL") || !strings.Contains(lines[0], "NOW") {
+		t.Fatalf("table:\n%s", buf.String())
+	}
+	if f := strings.Fields(lines[1]); len(f) < 6 || f[2] != "120mbit" || f[3] != "400mbit" || f[4] != "380mbit" {
+		t.Errorf("borrowing row %q, want RATE 120mbit CEIL 400mbit NOW 380mbit", lines[1])
+	}
+	if f := strings.Fields(lines[2]); len(f) < 6 || f[3] != "-" || f[4] != "-" {
+		t.Errorf("hard limit row %q, want CEIL and NOW -", lines[2])
 	}
 }

@@ -170,7 +170,7 @@ func Load(path string) (*Config, error) {
 // per option of `hbm set`.
 var ruleKeys = map[string]string{
 	"cgroup": "selector", "unit": "selector", "glob": "selector",
-	"egress": "rate", "ingress": "rate",
+	"egress": "rate", "ingress": "rate", "egress_ceil": "rate", "ingress_ceil": "rate",
 	"loopback": "bool", "no_drop": "bool", "no_pace": "bool",
 	"burst": "duration", "pace": "duration", "mark": "duration", "drop_large": "duration", "drop_small": "duration",
 	"min_inflight": "uint", "max_groups": "uint",
@@ -279,8 +279,9 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 		return r, p.errf(n, "a limit entry must be a mapping (cgroup:/unit:/glob: and egress:/ingress:)")
 	}
 	var (
-		egress, ingress rate.Rate
-		th              = rate.Thresholds{Burst: rate.DefaultBurst, Pace: rate.DefaultPace, Mark: rate.DefaultMark,
+		egress, ingress         rate.Rate
+		egressCeil, ingressCeil rate.Rate
+		th                      = rate.Thresholds{Burst: rate.DefaultBurst, Pace: rate.DefaultPace, Mark: rate.DefaultMark,
 			DropLarge: rate.DefaultDropLarge, DropSmall: rate.DefaultDropSmall}
 		opts     dataplane.Limit
 		selector *yaml.Node
@@ -290,7 +291,7 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 		k, v := n.Content[i], n.Content[i+1]
 		typ, ok := ruleKeys[k.Value]
 		if !ok {
-			return r, p.errf(k, "unknown field %q (fields: cgroup, unit, glob, egress, ingress, loopback, no_drop, no_pace, burst, pace, mark, drop_large, drop_small, min_inflight, max_groups)", k.Value)
+			return r, p.errf(k, "unknown field %q (fields: cgroup, unit, glob, egress, ingress, egress_ceil, ingress_ceil, loopback, no_drop, no_pace, burst, pace, mark, drop_large, drop_small, min_inflight, max_groups)", k.Value)
 		}
 		if seen[k.Value] {
 			return r, p.errf(k, "%s given twice", k.Value)
@@ -313,11 +314,8 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 			if err != nil {
 				return r, p.errf(v, "%s: %v", k.Value, err)
 			}
-			if k.Value == "egress" {
-				egress = rt
-			} else {
-				ingress = rt
-			}
+			*map[string]*rate.Rate{"egress": &egress, "ingress": &ingress,
+				"egress_ceil": &egressCeil, "ingress_ceil": &ingressCeil}[k.Value] = rt
 		case "bool":
 			b, err := strconv.ParseBool(v.Value)
 			if err != nil || v.Tag != "!!bool" {
@@ -366,15 +364,18 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 		return r, p.errf(n, "%s %s: give a rate with egress: and/or ingress:", r.Kind, r.Value)
 	}
 	for _, d := range []struct {
-		name string
-		rt   rate.Rate
-		dst  **dataplane.Limit
-	}{{"egress", egress, &r.Egress}, {"ingress", ingress, &r.Ingress}} {
+		name     string
+		rt, ceil rate.Rate
+		dst      **dataplane.Limit
+	}{{"egress", egress, egressCeil, &r.Egress}, {"ingress", ingress, ingressCeil, &r.Ingress}} {
 		if d.rt == 0 {
+			if d.ceil != 0 {
+				return r, p.errf(n, "%s_ceil: give the rate it is the ceiling of (%s:)", d.name, d.name)
+			}
 			continue
 		}
 		l := opts
-		l.Rate = d.rt
+		l.Rate, l.Ceil = d.rt, d.ceil
 		t := th
 		if d.name == "ingress" && l.NoDrop { // incast protection: its own defaults
 			t = t.Incast(seen["mark"], seen["burst"])

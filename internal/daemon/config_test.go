@@ -97,6 +97,31 @@ func TestParseOptions(t *testing.T) {
 	}
 }
 
+// TestParseCeil: egress_ceil and ingress_ceil reach their directions'
+// limits; a ceiling without its rate, or below it, is refused.
+func TestParseCeil(t *testing.T) {
+	cfg, err := Parse("f", []byte(`limits:
+  - cgroup: /tenants/a
+    egress: 300mbit
+    egress_ceil: 1gbit
+    ingress: 500mbit
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, i := cfg.Rules[0].Egress, cfg.Rules[0].Ingress; e.Ceil != 1e9 || i.Ceil != 0 {
+		t.Errorf("egress ceiling %v, ingress %v; want 1gbit and none", e.Ceil, i.Ceil)
+	}
+	for in, want := range map[string]string{
+		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    ingress_ceil: 2gbit\n": "ingress_ceil: give the rate",
+		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    egress_ceil: 100mbit\n": "below the rate",
+	} {
+		if _, err := Parse("f", []byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error saying %q", in, err, want)
+		}
+	}
+}
+
 func TestParseEmptyLimits(t *testing.T) {
 	for _, in := range []string{"limits:\n", "limits: []\n", "# nothing\nlimits: []\n"} {
 		cfg, err := Parse("f", []byte(in))

@@ -45,7 +45,7 @@ type GroupCollector struct {
 	list   Lister
 	labels Labels
 
-	bytes, packets, marked, cwr, dropped, droppedBytes, gated, limit *prometheus.Desc
+	bytes, packets, marked, cwr, dropped, droppedBytes, gated, limit, ceil, inForce *prometheus.Desc
 }
 
 var groupLabels = []string{"group", "direction", "unit", "namespace", "pod"}
@@ -67,13 +67,15 @@ func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
 		// The issue asked for hbm_group_limit_bits_per_second; Prometheus'
 		// naming guide (and promtool check metrics) want the base unit,
 		// bytes, which also divides hbm_group_bytes_total's rate directly.
-		limit: d("hbm_group_limit_bytes_per_second", "The group's limit in the direction, in bytes per second at the IP level (hbm set's rate / 8)."),
+		limit:   d("hbm_group_limit_bytes_per_second", "The group's limit in the direction, in bytes per second at the IP level (hbm set's rate / 8): what it is guaranteed, where it has a ceiling."),
+		ceil:    d("hbm_group_ceil_bytes_per_second", "The most the group may take by borrowing, in bytes per second at the IP level (the limit where it has no ceiling)."),
+		inForce: d("hbm_group_rate_in_force_bytes_per_second", "The rate in force: the limit, plus what the group borrows now (at most its ceiling)."),
 	}
 }
 
 // Describe sends the descriptors.
 func (c *GroupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.marked, c.cwr, c.dropped, c.droppedBytes, c.gated, c.limit} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.marked, c.cwr, c.dropped, c.droppedBytes, c.gated, c.limit, c.ceil, c.inForce} {
 		ch <- d
 	}
 }
@@ -110,6 +112,15 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.droppedBytes, e.Stats.DroppedBytes)
 		counter(c.gated, e.Stats.Gated)
 		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, e.Limit.Rate.BytesPerSecond(), lv...)
+		ceil, inForce := e.Limit.Rate, e.Stats.InForce
+		if e.Limit.Ceil > ceil {
+			ceil = e.Limit.Ceil
+		}
+		if inForce == 0 {
+			inForce = e.Limit.Rate
+		}
+		ch <- prometheus.MustNewConstMetric(c.ceil, prometheus.GaugeValue, ceil.BytesPerSecond(), lv...)
+		ch <- prometheus.MustNewConstMetric(c.inForce, prometheus.GaugeValue, inForce.BytesPerSecond(), lv...)
 	}
 }
 

@@ -29,6 +29,8 @@ func entries() []dataplane.Entry {
 		{CgroupID: 3, Gone: true, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}}, // removed: no series
 		{CgroupID: 4, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}},             // unresolved: no series
 		{CgroupID: 5, Cgroup: "/kubepods.slice/kubepods-pod1.slice", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 200e6}},
+		{CgroupID: 6, Cgroup: "/tenants/a", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 100e6, Ceil: 1e9},
+			Stats: dataplane.Stats{InForce: 400e6}},
 	}
 }
 
@@ -63,6 +65,11 @@ func TestGroupMetrics(t *testing.T) {
 		`hbm_group_dropped_packets_total{direction="egress",group="/batch",namespace="",pod="",unit=""} 1`,
 		`hbm_group_dropped_bytes_total{direction="egress",group="/batch",namespace="",pod="",unit=""} 1500`,
 		`hbm_group_limit_bytes_per_second{direction="egress",group="/batch",namespace="",pod="",unit=""} 3.75e+07`,
+		`hbm_group_ceil_bytes_per_second{direction="egress",group="/batch",namespace="",pod="",unit=""} 3.75e+07`,
+		`hbm_group_rate_in_force_bytes_per_second{direction="egress",group="/batch",namespace="",pod="",unit=""} 3.75e+07`,
+		`hbm_group_limit_bytes_per_second{direction="egress",group="/tenants/a",namespace="",pod="",unit=""} 1.25e+07`,
+		`hbm_group_ceil_bytes_per_second{direction="egress",group="/tenants/a",namespace="",pod="",unit=""} 1.25e+08`,
+		`hbm_group_rate_in_force_bytes_per_second{direction="egress",group="/tenants/a",namespace="",pod="",unit=""} 5e+07`,
 		`hbm_group_bytes_total{direction="ingress",group="/system.slice/nginx.service",namespace="",pod="",unit="nginx.service"} 0`,
 		`hbm_group_limit_bytes_per_second{direction="egress",group="/kubepods.slice/kubepods-pod1.slice",namespace="shop",pod="web-0",unit=""} 2.5e+07`,
 		`hbm_build_info{goversion=`,
@@ -73,7 +80,7 @@ func TestGroupMetrics(t *testing.T) {
 			t.Errorf("no %s in:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "removed") || strings.Count(out, "hbm_group_bytes_total{") != 3 {
+	if strings.Contains(out, "removed") || strings.Count(out, "hbm_group_bytes_total{") != 4 {
 		t.Errorf("series for removed or unresolved groups:\n%s", out)
 	}
 	// A group that goes away loses its series at the next scrape.

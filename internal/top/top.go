@@ -26,12 +26,12 @@ type Sample struct {
 type Row struct {
 	Group   string
 	Dir     dataplane.Direction
-	Limit   rate.Rate
-	Bps     float64 // bits per second passed
-	Use     float64 // Bps / Limit
-	MarksPS float64 // CE marks and cwr returns per second
-	DropsPS float64 // drops per second
-	New     bool    // no earlier reading: rates unknown
+	Limit   rate.Rate // the rate in force: the limit, or more while the group borrows
+	Bps     float64   // bits per second passed
+	Use     float64   // Bps / Limit
+	MarksPS float64   // CE marks and cwr returns per second
+	DropsPS float64   // drops per second
+	New     bool      // no earlier reading: rates unknown
 }
 
 // Rows compares two samples. Groups with no earlier reading (new limits)
@@ -55,7 +55,12 @@ func Rows(prev, cur Sample) []Row {
 		if name == "" {
 			name = fmt.Sprintf("(unresolved, id %d)", e.CgroupID)
 		}
+		// A group that borrows is limited by its rate in force (its rate
+		// plus what it borrows now), not by its guarantee.
 		r := Row{Group: name, Dir: e.Dir, Limit: e.Limit.Rate}
+		if e.Limit.Ceil > e.Limit.Rate && e.Stats.InForce > r.Limit {
+			r.Limit = e.Stats.InForce
+		}
 		o, ok := old[key{e.CgroupID, e.Dir}]
 		// A counter that went back: the limit was re-created in between.
 		if !ok || secs <= 0 || e.Stats.Bytes < o.Stats.Bytes {
@@ -65,8 +70,8 @@ func Rows(prev, cur Sample) []Row {
 			r.Bps = 8 * d(e.Stats.Bytes, o.Stats.Bytes)
 			r.MarksPS = d(e.Stats.Marked, o.Stats.Marked) + d(e.Stats.CWR, o.Stats.CWR)
 			r.DropsPS = d(e.Stats.Dropped, o.Stats.Dropped)
-			if e.Limit.Rate > 0 {
-				r.Use = r.Bps / float64(e.Limit.Rate)
+			if r.Limit > 0 {
+				r.Use = r.Bps / float64(r.Limit)
 			}
 		}
 		rows = append(rows, r)

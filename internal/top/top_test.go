@@ -98,3 +98,18 @@ func TestRenderHostileNames(t *testing.T) {
 		}
 	}
 }
+
+// TestRowsBorrowing: a group that borrows is measured against its rate in
+// force, not its guarantee.
+func TestRowsBorrowing(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	e0 := entry(1, "/p/a", 0, 0, 0, 0)
+	e0.Limit = dataplane.Limit{Rate: 100e6, Ceil: 1e9}
+	e1 := e0
+	e1.Stats.Bytes = 100e6 // 400 Mbit/s over 2 s
+	e1.Stats.InForce = 800e6
+	rows := Rows(Sample{At: t0, Entries: []dataplane.Entry{e0}}, Sample{At: t0.Add(2 * time.Second), Entries: []dataplane.Entry{e1}})
+	if len(rows) != 1 || rows[0].Limit != 800e6 || rows[0].Use != 0.5 {
+		t.Errorf("rows %+v, want limit 800mbit (in force) and use 0.5", rows)
+	}
+}

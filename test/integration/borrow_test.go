@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -92,4 +93,78 @@ func TestEgressBorrowNoLender(t *testing.T) {
 	t.Logf("hbm set: %s", out)
 	r := l.run(t, dir, "cubic", false, g)
 	within(t, r, "200mbit", egLow, egHigh)
+}
+
+// TestIngressBorrow: borrowing is the same policer on ingress. The
+// receiver's group /r at 1gbit lends to /r/a (300mbit) and /r/b (700mbit),
+// both with a ceiling of 1gbit, each with its own server; rates are the
+// groups' own counters (wire bytes passed) over the run.
+func TestIngressBorrow(t *testing.T) {
+	l := inSetup(t, "ingborrow", netlab.IncastOptions{Senders: 1, Rate: 20_000_000_000, Buffer: 1 << 20, Burst: 256 << 10})
+	ports := map[string]int{"a": inPort + 1, "b": inPort + 2}
+	groups := map[string]string{}
+	for _, n := range []string{"a", "b"} {
+		g, err := cgroup.Create(l.group + "/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups[n] = l.group + "/" + n
+		if _, err := l.in.StartServer(l.bin, g.Dir, ports[n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.hbm.SetIngress(l.group, "1gbit"); err != nil {
+		t.Fatal(err)
+	}
+	defer l.hbm.Unset(l.group)
+	for n, r := range map[string]string{"a": "300mbit", "b": "700mbit"} {
+		if err := l.hbm.SetIngress(groups[n], r, "--ingress-ceil", "1gbit"); err != nil {
+			t.Fatalf("hbm set %s --ingress %s --ingress-ceil 1gbit: %v", groups[n], r, err)
+		}
+		defer l.hbm.Unset(groups[n])
+	}
+	cc := l.ccSetup(t, "cubic")
+	cfg := workload.Config{Streams: 3, Warmup: inWarmup, Duration: inDuration, CC: cc}
+	secs := (inWarmup + inDuration).Seconds()
+	// rates runs jobs and returns each group's rate (bits/s) from its counters.
+	rates := func(label string, names ...string) map[string]float64 {
+		before := map[string]uint64{}
+		for _, n := range names {
+			d, err := l.hbm.Ingress(groups[n])
+			if err != nil || d == nil {
+				t.Fatalf("hbm show --json: %s ingress %+v (%v)", groups[n], d, err)
+			}
+			before[n] = d.Bytes
+		}
+		var jobs []netlab.IncastJob
+		for _, n := range names {
+			jobs = append(jobs, netlab.IncastJob{Cfg: cfg, Port: ports[n]})
+		}
+		l.runJobs(t, label, jobs)
+		out := map[string]float64{}
+		for _, n := range names {
+			d, err := l.hbm.Ingress(groups[n])
+			if err != nil || d == nil {
+				t.Fatalf("hbm show --json: %s ingress %+v (%v)", groups[n], d, err)
+			}
+			out[n] = float64(d.Bytes-before[n]) * 8 / secs
+		}
+		return out
+	}
+	alone := rates("/r/a alone", "a")
+	t.Logf("/r/a alone: %.1f Mbit/s (%.3f of 1gbit)", alone["a"]/1e6, alone["a"]/1e9)
+	// The warm-up's ramp is in the figure: the bound only separates
+	// borrowing from a 300mbit cap.
+	if f := alone["a"] / 1e9; f < 0.6 || f > 1.05 {
+		t.Errorf("/r/a alone at %.3f of the 1gbit it may borrow up to, want [0.60, 1.05] (a hard cap: 0.3)", f)
+	}
+	both := rates("/r/a and /r/b", "a", "b")
+	fa, fb := both["a"]/300e6, both["b"]/700e6
+	t.Logf("/r/a %.1f Mbit/s (%.3f of 300mbit), /r/b %.1f Mbit/s (%.3f of 700mbit)", both["a"]/1e6, fa, both["b"]/1e6, fb)
+	if fa < 0.6 || fa > 1.3 {
+		t.Errorf("/r/a at %.3f of its guarantee with /r/b busy, want [0.60, 1.30]", fa)
+	}
+	if fb < 0.6 || fb > 1.2 {
+		t.Errorf("/r/b at %.3f of its guarantee with /r/a busy, want [0.60, 1.20]", fb)
+	}
 }
