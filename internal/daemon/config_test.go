@@ -113,7 +113,7 @@ func TestParseCeil(t *testing.T) {
 		t.Errorf("egress ceiling %v, ingress %v; want 1gbit and none", e.Ceil, i.Ceil)
 	}
 	for in, want := range map[string]string{
-		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    ingress_ceil: 2gbit\n": "ingress_ceil: give the rate",
+		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    ingress_ceil: 2gbit\n":  "ingress_ceil: give the rate",
 		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    egress_ceil: 100mbit\n": "below the rate",
 	} {
 		if _, err := Parse("f", []byte(in)); err == nil || !strings.Contains(err.Error(), want) {
