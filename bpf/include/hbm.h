@@ -160,6 +160,9 @@ struct hbm_queue {
 	                         * (vqueue.h, rate_sync) */
 	__u64 lend_ns;          /* start of the current lending interval */
 	__u64 lend_bytes;       /* wire bytes passed in it */
+	__u64 lend_y_Bps;       /* ... in the last, as a rate (wire bytes/s): a
+	                         * borrower within its guarantee is its lender's
+	                         * to carry (policy.h, verdict.guaranteed) */
 	__u64 lend_q16;         /* as a lender: the multiple of their guarantees the
 	                         * borrowers below may take, 16-bit fixed point
 	                         * (0: one, nothing lent) */

@@ -67,6 +67,7 @@ static __always_inline int lend_tick(struct hbm_queue *q, const struct hbm_confi
 	if (dt > LEND_DT_MAX_NS)
 		dt = LEND_DT_MAX_NS;
 	y = q->lend_bytes * 1000000ULL / (dt / 1000); /* bytes/s */
+	q->lend_y_Bps = y;
 	q->lend_bytes = 0;
 	q->lend_ns = now;
 	rate = q->eff_bps / 8;

@@ -79,8 +79,15 @@ struct verdict {
 	                     * interval to end (lend.h, lend_walk) */
 	__u8 borrowed;      /* a level below that may borrow passed it: the levels
 	                     * above leave its flows' shares to it (lend.h) */
+	__u8 guaranteed;    /* the level below is a borrower sending within its
+	                     * guarantee: this level, its lender, neither marks nor
+	                     * drops the packet (lend.h) ... */
+	__u8 guaranteed_up; /* ... the same, for the level above this one */
 	__u64 charged_id[VERDICT_CHARGED];
-	__u64 charged_ns[VERDICT_CHARGED];
+	/* ... and what each charged, in 16 ns (a 64 KB packet at 8 kbit/s
+	 * costs 65 s: 2^32 x 16 ns is 68 s; more is refunded as that). 32
+	 * bits, not 64: the programs' stack is at its 512-byte bound. */
+	__u32 charged_ns16[VERDICT_CHARGED];
 };
 
 #include "lend.h"
@@ -243,7 +250,11 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		return POLICE_PASS;
 	st = &q->st;
 
-	may_drop = !(cfg->flags & HBM_F_NO_DROP);
+	/* Below the lender, a borrower within its guarantee: the packet is
+	 * its guarantee's, which the lender must carry (lend.h). */
+	v->guaranteed = v->guaranteed_up;
+	v->guaranteed_up = 0;
+	may_drop = !(cfg->flags & HBM_F_NO_DROP) && !v->guaranteed;
 	if (may_drop && v->p.is_tcp) {
 		/* A refused SYN or SYN-ACK waits for TCP's 1 s handshake
 		 * timer (and a refused SYN-ACK retransmission ends the
@@ -322,9 +333,12 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 
 	if (drop)
 		return POLICE_DROP;
+	v->borrowed |= cfg->ceil_bps > cfg->rate_bps;
+	v->guaranteed_up = cfg->ceil_bps > cfg->rate_bps && q->lend_y_Bps * 8 <= cfg->rate_bps;
 	if (v->ncharged < VERDICT_CHARGED) {
 		v->charged_id[v->ncharged & (VERDICT_CHARGED - 1)] = id;
-		v->charged_ns[v->ncharged & (VERDICT_CHARGED - 1)] = cost;
+		v->charged_ns16[v->ncharged & (VERDICT_CHARGED - 1)] =
+			cost >> 4 > 0xffffffffULL ? 0xffffffffU : (__u32)(cost >> 4);
 		v->ncharged++;
 	}
 	/* A mark-only ingress limit (incast protection) signals with CE alone,
@@ -335,12 +349,11 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	 * fast-retransmit). */
 	if (v->dir == HBM_DIR_INGRESS && (cfg->flags & HBM_F_NO_DROP) && !v->ect)
 		share = 0;
-	v->borrowed |= cfg->ceil_bps > cfg->rate_bps;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
 	if (xfer_share && (!v->xfer_Bps || xfer_share < v->xfer_Bps))
 		v->xfer_Bps = xfer_share;
-	if (backlog <= (__s64)cfg->mark_ns || v->candidate)
+	if (backlog <= (__s64)cfg->mark_ns || v->candidate || v->guaranteed)
 		return police_passed(cfg);
 	/* A mark-only ingress limit does not mark a TCP flow whose window the
 	 * assist holds at its two-segment floor (rxwin.h): CE cannot push it
@@ -392,7 +405,7 @@ static __always_inline void refund(struct verdict *v)
 		if (!q)
 			continue;
 		bpf_spin_lock(&q->lock);
-		q->vtime_ns -= v->charged_ns[i];
+		q->vtime_ns -= (__u64)v->charged_ns16[i] << 4;
 		q->st.packets -= v->p.segs;
 		q->st.bytes -= v->p.wire_bytes;
 		bpf_spin_unlock(&q->lock);

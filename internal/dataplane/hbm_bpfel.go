@@ -132,6 +132,7 @@ type hbmHbmQueue struct {
 	EffBaseBps      uint64
 	LendNs          uint64
 	LendBytes       uint64
+	LendY_Bps       uint64
 	LendQ16         uint64
 	LendWantNs      uint64
 	St              hbmHbmStats
