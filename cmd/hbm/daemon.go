@@ -77,7 +77,7 @@ direction, the file wins. The file's kubernetes: section is the operator's
 policy (defaults shown):
 
   kubernetes:
-    allowed_options: [burst, drop-large, drop-small, loopback, mark, no-pace, pace]
+    allowed_options: [burst, drop-large, drop-small, guarantee, loopback, mark, no-pace, pace]
     max_option_duration: 50ms
     invalid: default        # or keep: the pod's previous limit, else the default
     default_egress: 8kbit   # the node's default limits (hbm's minimum if unset)

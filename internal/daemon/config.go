@@ -110,8 +110,8 @@ type PodPolicy struct {
 // pods may set by default: every option but no-drop, which lifts the limit
 // for UDP and other traffic that cannot be marked.
 var (
-	PodOptions     = []string{"burst", "drop-large", "drop-small", "loopback", "mark", "no-drop", "no-pace", "pace"}
-	SafePodOptions = []string{"burst", "drop-large", "drop-small", "loopback", "mark", "no-pace", "pace"}
+	PodOptions     = []string{"burst", "drop-large", "drop-small", "guarantee", "loopback", "mark", "no-drop", "no-pace", "pace"}
+	SafePodOptions = []string{"burst", "drop-large", "drop-small", "guarantee", "loopback", "mark", "no-pace", "pace"}
 )
 
 // DefaultMaxPodDuration bounds pods' duration options by default: 50 ms of

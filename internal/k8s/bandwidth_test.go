@@ -94,6 +94,11 @@ func TestParseLimits(t *testing.T) {
 		Mark: rate.DefaultMark, DropLarge: rate.DefaultDropLarge, DropSmall: rate.DefaultDropSmall}).Fit(10e6) {
 		t.Errorf("thresholds %+v", l.Egress.Thresholds)
 	}
+	// A guarantee: the limit's rate, the bandwidth its ceiling.
+	if l, err := ParseLimits(map[string]string{"kubernetes.io/egress-bandwidth": "1G", "hbm.io/egress-guarantee": "300M"}); err != nil ||
+		l.Egress.Rate != 300e6 || l.Egress.Ceil != 1e9 {
+		t.Errorf("guarantee: %+v %v", l.Egress, err)
+	}
 	if l, err := ParseLimits(map[string]string{"other": "x"}); err != nil || !l.Empty() {
 		t.Errorf("no annotations: %+v %v", l, err)
 	}
@@ -106,6 +111,8 @@ func TestParseLimits(t *testing.T) {
 		"hbm.io/no-drop=true":                   "unknown annotation",
 		"hbm.io/ingress-mark=fast":              "want a duration",
 		"hbm.io/ingress-mark=-1ms":              "want a duration",
+		"hbm.io/ingress-guarantee=2G":           "above the bandwidth",
+		"hbm.io/ingress-guarantee=fast":         "want a quantity",
 	} {
 		k, v, _ := strings.Cut(ann, "=")
 		m := map[string]string{"kubernetes.io/ingress-bandwidth": "1G", k: v}

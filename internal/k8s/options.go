@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/rate"
 )
@@ -20,10 +22,14 @@ import (
 //	hbm.io/egress-loopback: "true"    # police loopback traffic too
 //	hbm.io/ingress-mark: "200us"      # thresholds, in time of queue at the rate
 //	hbm.io/egress-burst: "8ms"
+//	hbm.io/egress-guarantee: "300M"   # guaranteed; the bandwidth annotation is then the ceiling
 //
 // Options: no-drop, no-pace, loopback (true/false); burst, pace, mark,
-// drop-large, drop-small (durations). An option for a direction without a
-// bandwidth annotation has no effect.
+// drop-large, drop-small (durations); guarantee (a quantity, as the
+// bandwidth annotation: the pod is guaranteed it and borrows up to its
+// bandwidth annotation what the other groups under the nearest limited
+// group above it leave). An option for a direction without a bandwidth
+// annotation has no effect.
 const OptionPrefix = "hbm.io/"
 
 type optionKind int
@@ -31,6 +37,7 @@ type optionKind int
 const (
 	boolOption optionKind = iota
 	durationOption
+	rateOption
 )
 
 // options are the option names after hbm.io/<direction>-.
@@ -38,14 +45,16 @@ var options = map[string]optionKind{
 	"no-drop": boolOption, "no-pace": boolOption, "loopback": boolOption,
 	"burst": durationOption, "pace": durationOption, "mark": durationOption,
 	"drop-large": durationOption, "drop-small": durationOption,
+	"guarantee": rateOption,
 }
 
 // dirOptions are the options given for one direction.
 type dirOptions struct {
-	limit   dataplane.Limit // Loopback, NoDrop, NoPace
-	th      rate.Thresholds // the defaults, with the ones given replaced
-	given   map[string]bool // the threshold options given
-	ingress bool            // the ingress direction's options
+	limit     dataplane.Limit // Loopback, NoDrop, NoPace
+	guarantee rate.Rate       // 0: none (the bandwidth is a hard cap)
+	th        rate.Thresholds // the defaults, with the ones given replaced
+	given     map[string]bool // the threshold options given
+	ingress   bool            // the ingress direction's options
 }
 
 func defaultOptions() dirOptions {
@@ -79,7 +88,7 @@ func parseOptions(annotations map[string]string) (egress, ingress dirOptions, er
 		}
 		kind, ok := options[name]
 		if !ok {
-			return egress, ingress, fmt.Errorf("%s: unknown option %q (options: burst, drop-large, drop-small, loopback, mark, no-drop, no-pace, pace)", k, name)
+			return egress, ingress, fmt.Errorf("%s: unknown option %q (options: burst, drop-large, drop-small, guarantee, loopback, mark, no-drop, no-pace, pace)", k, name)
 		}
 		switch kind {
 		case boolOption:
@@ -99,16 +108,45 @@ func parseOptions(annotations map[string]string) (egress, ingress dirOptions, er
 				o.given = map[string]bool{}
 			}
 			o.given[name] = true
+		case rateOption:
+			r, err := parseGuarantee(v)
+			if err != nil {
+				return egress, ingress, fmt.Errorf("%s: %w", k, err)
+			}
+			o.guarantee = r
 		}
 	}
 	return egress, ingress, nil
 }
 
-// build makes the data plane limit for rate r with these options, as `hbm
-// set` and the configuration file do (thresholds fitted to the rate).
+// parseGuarantee reads a guarantee as the bandwidth annotations are read (a
+// Kubernetes quantity, bits per second: "300M"), within hbm's range.
+func parseGuarantee(v string) (rate.Rate, error) {
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return 0, fmt.Errorf("want a quantity such as 300M, not %q", v)
+	}
+	n := q.Value()
+	if n < int64(rate.Min) || n > int64(rate.Max) {
+		return 0, fmt.Errorf("%s is outside the rates hbm enforces (%v to %v)", q.String(), rate.Min, rate.Max)
+	}
+	return rate.Rate(n), nil
+}
+
+// build makes the data plane limit for rate r (the bandwidth annotation's)
+// with these options, as `hbm set` and the configuration file do
+// (thresholds fitted to the rate). With a guarantee, the limit's rate is the
+// guarantee and r its ceiling.
 func (o dirOptions) build(r rate.Rate) (dataplane.Limit, error) {
 	l := o.limit
 	l.Rate = r
+	if o.guarantee != 0 {
+		if o.guarantee > r {
+			return l, fmt.Errorf("guarantee %v above the bandwidth %v (its ceiling)", o.guarantee, r)
+		}
+		l.Rate, l.Ceil = o.guarantee, r
+		r = o.guarantee
+	}
 	t := o.th
 	if o.ingress && l.NoDrop { // incast protection: its own defaults
 		t = t.Incast(o.given["mark"], o.given["burst"])

@@ -137,6 +137,13 @@ func Judge(ann map[string]string, pol daemon.PodPolicy) Judged {
 				d.opts.given = map[string]bool{}
 			}
 			d.opts.given[name] = true
+		case rateOption:
+			r, err := parseGuarantee(v)
+			if err != nil {
+				d.invalid = append(d.invalid, fmt.Sprintf("%s: %v", k, err))
+				continue
+			}
+			d.opts.guarantee = r
 		}
 	}
 	for _, d := range dirs {

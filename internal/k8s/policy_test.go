@@ -38,6 +38,9 @@ func TestJudge(t *testing.T) {
 		{"an allowed option", op, map[string]string{EgressAnnotation: "200M", "hbm.io/egress-no-pace": "true"}, 200e6, 0, false, ""},
 		{"option without a rate: no effect, reported", op, map[string]string{EgressAnnotation: "200M", "hbm.io/ingress-no-drop": "true"}, 200e6, 0, false, "no effect"},
 		{"keep: previous limit, else the default", keep, map[string]string{EgressAnnotation: "x"}, 50e6, 0, true, "the egress limit it had"},
+		{"a guarantee: the limit's rate", op, map[string]string{EgressAnnotation: "1G", "hbm.io/egress-guarantee": "300M"}, 300e6, 0, false, ""},
+		{"a guarantee above the bandwidth: the default", op, map[string]string{EgressAnnotation: "200M", "hbm.io/egress-guarantee": "300M"}, 50e6, 0, false, "above the bandwidth"},
+		{"a guarantee that is no quantity: the default", op, map[string]string{EgressAnnotation: "200M", "hbm.io/egress-guarantee": "lots"}, 50e6, 0, false, "want a quantity"},
 	} {
 		j := Judge(c.ann, c.pol)
 		gotE, gotI := rate.Rate(0), rate.Rate(0)
@@ -54,6 +57,10 @@ func TestJudge(t *testing.T) {
 		if (c.problem == "") != (msg == "") || !strings.Contains(msg, c.problem) {
 			t.Errorf("%s: problems %q, want one containing %q", c.name, msg, c.problem)
 		}
+	}
+	// The bandwidth annotation is the guarantee's ceiling.
+	if j := Judge(map[string]string{EgressAnnotation: "1G", "hbm.io/egress-guarantee": "300M"}, op); j.Egress == nil || j.Egress.Ceil != 1e9 {
+		t.Errorf("guarantee 300M under a 1G bandwidth: %+v, want ceiling 1gbit", j.Egress)
 	}
 	// Allowed by the operator: no-drop and a longer burst pass.
 	op.Allowed["no-drop"], op.MaxDuration = true, 2*time.Hour

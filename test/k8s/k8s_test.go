@@ -354,6 +354,9 @@ func TestKubernetes(t *testing.T) {
 	plain := l.createPod(podSpec{name: "plain", qos: corev1.PodQOSBestEffort})
 	bad := l.createPod(podSpec{name: "bad", qos: corev1.PodQOSBestEffort, ann: map[string]string{
 		"kubernetes.io/egress-bandwidth": "10mbit"}})
+	// A guarantee under its bandwidth annotation, the ceiling.
+	lend := l.createPod(podSpec{name: "lend", qos: corev1.PodQOSBestEffort, ann: map[string]string{
+		"kubernetes.io/egress-bandwidth": "400M", "hbm.io/egress-guarantee": "100M"}})
 	webG := l.mkCgroup(cg(corev1.PodQOSBurstable, web))
 	dbCg := cg(corev1.PodQOSGuaranteed, db)
 	l.mkCgroup(dbCg)
@@ -361,14 +364,17 @@ func TestKubernetes(t *testing.T) {
 	l.mkCgroup(cg(corev1.PodQOSBestEffort, plain))
 	badCg := cg(corev1.PodQOSBestEffort, bad)
 	l.mkCgroup(badCg)
+	lendCg := cg(corev1.PodQOSBestEffort, lend)
+	l.mkCgroup(lendCg)
 
 	// The operator's policy: no-drop allowed (db and late use it); an
 	// invalid annotation keeps the pod's previous limit, else the node's
 	// default (10 Mbit/s): bad gets the default, never unlimited.
-	policy := writeFile(t, "hbm.yaml", "kubernetes:\n  allowed_options: [no-drop, no-pace, loopback, burst, pace, mark, drop-large, drop-small]\n  invalid: keep\n  default_egress: 10mbit\n  default_ingress: 10mbit\n")
+	policy := writeFile(t, "hbm.yaml", "kubernetes:\n  allowed_options: [no-drop, no-pace, loopback, burst, pace, mark, drop-large, drop-small, guarantee]\n  invalid: keep\n  default_egress: 10mbit\n  default_ingress: 10mbit\n")
 	metricsPort := freePort(t)
 	d := l.startDaemon(sdRoot, metricsPort, "--config", policy)
-	want := map[string]uint64{webG.Rel + " egress": 200e6, webG.Rel + " ingress": 1e9, dbCg + " egress": 100e6, badCg + " egress": 10e6}
+	want := map[string]uint64{webG.Rel + " egress": 200e6, webG.Rel + " ingress": 1e9, dbCg + " egress": 100e6, badCg + " egress": 10e6,
+		lendCg + " egress": 100e6}
 	l.expectRates("first pass", want, 10*time.Second)
 	if !l.enforced(dbCg, "egress") {
 		t.Errorf("db: egress limit not enforced (hbm show --json)")
@@ -393,6 +399,9 @@ func TestKubernetes(t *testing.T) {
 	for _, s := range []string{
 		fmt.Sprintf(`hbm_group_limit_bytes_per_second{direction="egress",group=%q,namespace=%q,pod="web",unit=""} 2.5e+07`, webG.Rel, ns),
 		fmt.Sprintf(`hbm_group_bytes_total{direction="egress",group=%q,namespace=%q,pod="db",unit=""}`, dbCg, ns),
+		// The guarantee is the limit, the bandwidth annotation its ceiling.
+		fmt.Sprintf(`hbm_group_limit_bytes_per_second{direction="egress",group=%q,namespace=%q,pod="lend",unit=""} 1.25e+07`, lendCg, ns),
+		fmt.Sprintf(`hbm_group_ceil_bytes_per_second{direction="egress",group=%q,namespace=%q,pod="lend",unit=""} 5e+07`, lendCg, ns),
 	} {
 		if !strings.Contains(m, s) {
 			t.Errorf("metrics lack %s", s)
