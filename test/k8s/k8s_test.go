@@ -438,8 +438,8 @@ func TestKubernetes(t *testing.T) {
 	}
 	d = l.startDaemon(sdRoot, metricsPort, "--config", policy)
 	l.expectRates("restarted", want, 0)
-	if out := d.Out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 4 kept") {
-		t.Errorf("restarted daemon did not adopt the 4 limits as they were:\n%s", testutil.LastLines(out, 10))
+	if out := d.Out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 5 kept") {
+		t.Errorf("restarted daemon did not adopt the 5 limits as they were (the guarantee and its ceiling included):\n%s", testutil.LastLines(out, 10))
 	}
 
 	// Fixed, then the ingress annotation removed: that limit goes.
