@@ -9,19 +9,21 @@
 # takes to reach 0.9 of its guarantee (three 10 ms windows in a row).
 #
 # Usage: scripts/bench-borrow.sh [-b HBM] [-L LINK] [-A RATE] [-B RATE]
-#        [-P STREAMS] [-c CC] [-l "hbm htb"] [-n RUNS] [-T SECONDS]
+#        [-P STREAMS] [-c CC] [-p "PRIO_A PRIO_B"] [-l "hbm htb"] [-n RUNS]
+#        [-T SECONDS]
+# PRIO: latency, normal or batch (hbm set --priority; htb class prio 0, 3, 7).
 # Defaults: link 1gbit, a 300mbit, b 700mbit, both up to the link, 4 cubic
 # streams each, 3 runs of 2 x 3 s. Needs root, ip, tc, iperf3, tcpdump,
 # python3. Hosts are network namespaces hbmbw-c and hbmbw-s (198.18.8.1
 # and .2), the groups /hbm-bench-borrow/p/{a,b}; all removed at the end,
 # also on failure or Ctrl-C.
 set -u
-HBM=./bin/hbm LINK=1gbit GA=300mbit GB=700mbit P=4 CC=cubic LIMITERS="hbm htb" RUNS=3 T=3
-while getopts "b:L:A:B:P:c:l:n:T:" o; do
+HBM=./bin/hbm LINK=1gbit GA=300mbit GB=700mbit P=4 CC=cubic LIMITERS="hbm htb" RUNS=3 T=3 PRIOS="normal normal"
+while getopts "b:L:A:B:P:c:p:l:n:T:" o; do
 	case $o in
 	b) HBM=$OPTARG ;; L) LINK=$OPTARG ;; A) GA=$OPTARG ;; B) GB=$OPTARG ;; P) P=$OPTARG ;;
-	c) CC=$OPTARG ;; l) LIMITERS=$OPTARG ;; n) RUNS=$OPTARG ;; T) T=$OPTARG ;;
-	*) sed -n '2,18p' "$0"; exit 2 ;;
+	c) CC=$OPTARG ;; p) PRIOS=$OPTARG ;; l) LIMITERS=$OPTARG ;; n) RUNS=$OPTARG ;; T) T=$OPTARG ;;
+	*) sed -n '2,20p' "$0"; exit 2 ;;
 	esac
 done
 [ "$(id -u)" = 0 ] || { echo "bench-borrow: needs root" >&2; exit 1; }
@@ -31,6 +33,9 @@ done
 bps() { case $1 in *mbit) echo $((${1%mbit} * 1000000)) ;; *gbit) echo $((${1%gbit} * 1000000000)) ;;
 	*) echo "bench-borrow: rate $1: use NNmbit or NNgbit" >&2; return 1 ;; esac; }
 LBPS=$(bps "$LINK") && ABPS=$(bps "$GA") && BBPS=$(bps "$GB") || exit 2
+read -r PA PB <<<"$PRIOS"
+htbprio() { case $1 in latency) echo 0 ;; normal) echo 3 ;; batch) echo 7 ;; *) echo "bench-borrow: priority $1" >&2; return 1 ;; esac; }
+HPA=$(htbprio "$PA") && HPB=$(htbprio "${PB:-normal}") || exit 2
 CG=$(awk '$9 == "cgroup2" {print $5; exit}' /proc/self/mountinfo)
 [ -n "$CG" ] || { echo "bench-borrow: no cgroup2 mount" >&2; exit 1; }
 TOP=/hbm-bench-borrow C=hbmbw-c S=hbmbw-s
@@ -63,13 +68,13 @@ lab() {
 limit() { # LIMITER
 	case $1 in
 	hbm) "$HBM" set "$TOP/p" --egress "$LINK" >/dev/null &&
-		"$HBM" set "$TOP/p/a" --egress "$GA" --egress-ceil "$LINK" >/dev/null 2>&1 &&
-		"$HBM" set "$TOP/p/b" --egress "$GB" --egress-ceil "$LINK" >/dev/null 2>&1 ;;
+		"$HBM" set "$TOP/p/a" --egress "$GA" --egress-ceil "$LINK" --priority "$PA" >/dev/null 2>&1 &&
+		"$HBM" set "$TOP/p/b" --egress "$GB" --egress-ceil "$LINK" --priority "${PB:-normal}" >/dev/null 2>&1 ;;
 	htb) local tcn="ip netns exec $C tc"
 		$tcn qdisc add dev bw0 root handle 1: htb default 1 &&
 		$tcn class add dev bw0 parent 1: classid 1:1 htb rate "$LINK" ceil "$LINK" &&
-		$tcn class add dev bw0 parent 1:1 classid 1:10 htb rate "$GA" ceil "$LINK" &&
-		$tcn class add dev bw0 parent 1:1 classid 1:20 htb rate "$GB" ceil "$LINK" &&
+		$tcn class add dev bw0 parent 1:1 classid 1:10 htb rate "$GA" ceil "$LINK" prio "$HPA" &&
+		$tcn class add dev bw0 parent 1:1 classid 1:20 htb rate "$GB" ceil "$LINK" prio "$HPB" &&
 		$tcn filter add dev bw0 parent 1: protocol ip prio 1 u32 match ip dport 5201 0xffff flowid 1:10 &&
 		$tcn filter add dev bw0 parent 1: protocol ip prio 1 u32 match ip dport 5202 0xffff flowid 1:20 ;;
 	none) ;;
@@ -144,7 +149,7 @@ print('%.3f %.3f %.3f %s' % (a_alone, a_both, b_both, '%.0f' % max(wake, 0) if w
 EOF
 }
 
-echo "# link $LINK: a $GA, b $GB, both up to $LINK; iperf3 -P $P -C $CC; ${T}s alone, ${T}s together"
+echo "# link $LINK: a $GA ($PA), b $GB (${PB:-normal}), both up to $LINK; iperf3 -P $P -C $CC; ${T}s alone, ${T}s together"
 echo "# a alone (share of link), a and b together (share of guarantee), b's wake (ms to 0.9 of its guarantee)"
 for l in $LIMITERS; do
 	rows=()

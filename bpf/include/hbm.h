@@ -53,6 +53,14 @@ enum hbm_flags {
 
 #define LOOPBACK_IFINDEX 1
 
+/* Borrowing priorities (hbm_config.priority; 0, the default, is normal). */
+enum hbm_prio {
+	HBM_PRIO_NORMAL = 0,
+	HBM_PRIO_LATENCY = 1, /* borrows first, gives back last */
+	HBM_PRIO_BATCH = 2,   /* borrows last, gives back first */
+};
+#define HBM_PRIO_CLASSES 3
+
 struct hbm_key {
 	__u64 cgroup_id;
 	enum hbm_dir dir;
@@ -75,7 +83,10 @@ struct hbm_config {
 	__u64 ceil_bps;         /* most the group may take, borrowing what the other
 	                         * groups under the nearest limited group above it
 	                         * leave (lend.h); <= rate_bps: no borrowing */
+	enum hbm_prio priority; /* who borrows first (lend.h) */
+	__u32 pad;
 };
+
 
 /* A limit's counters, in its queue (struct hbm_queue), updated under the
  * queue's lock the policer takes anyway: no map of per-CPU copies, whose
@@ -163,10 +174,12 @@ struct hbm_queue {
 	__u64 lend_y_Bps;       /* ... in the last, as a rate (wire bytes/s): a
 	                         * borrower within its guarantee is its lender's
 	                         * to carry (policy.h, verdict.guaranteed) */
-	__u64 lend_q16;         /* as a lender: the multiple of their guarantees the
-	                         * borrowers below may take, 16-bit fixed point
-	                         * (0: one, nothing lent) */
-	__u64 lend_want_ns;     /* last time a borrower below wanted more than that */
+	/* As a lender, per borrowing class (lend.h, lend_rank: latency,
+	 * normal, batch): */
+	__u64 lend_q16[HBM_PRIO_CLASSES];     /* the multiple of their guarantees the
+	                                       * class's borrowers below may take,
+	                                       * 16-bit fixed point (0: one) */
+	__u64 lend_want_ns[HBM_PRIO_CLASSES]; /* last time one of them wanted more */
 	struct hbm_stats st; /* the limit's counters */
 };
 

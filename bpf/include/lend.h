@@ -24,6 +24,13 @@
  * The lender's own policing holds the sum meanwhile, as for any nested
  * limit (policy.h, police_path).
  *
+ * Priorities (hbm_config.priority): a lender keeps one multiple per class
+ * (latency, normal, batch). The one that grows is the highest class's that
+ * wants more; the one that falls, the lowest class's still above one. So
+ * what is left goes to latency groups first and batch groups last, and a
+ * latency group that wakes takes back from batch groups first; every group
+ * keeps its guarantee whatever its class.
+ *
  * No lock is shared on the per-packet path: each level takes its own
  * queue's lock, as before. A borrower asks for its lender's multiple once
  * per interval through the packet's verdict (v->borrow_id): the walk goes
@@ -50,6 +57,12 @@
 #define LEND_UP_MAX      (LEND_ONE << 1)     /* up to twice per interval at most */
 #define LEND_WANT_NS     (4 * LEND_INTERVAL_NS) /* a borrower's want lasts this long */
 
+/* lend_rank is a priority's class, highest first: latency, normal, batch. */
+static __always_inline __u32 lend_rank(__u32 prio)
+{
+	return prio == HBM_PRIO_LATENCY ? 0 : prio == HBM_PRIO_BATCH ? 2 : 1;
+}
+
 /* lend_tick ends a lending interval if one is due: moves the level's
  * multiple as a lender and, for a borrower (ceil_bps above rate_bps), says
  * whether it wants more than it has (*want) and returns 1: the caller asks
@@ -60,6 +73,7 @@ static __always_inline int lend_tick(struct hbm_queue *q, const struct hbm_confi
 				     __u64 now, __u8 *want)
 {
 	__u64 dt, y, rate, phi, ratio, up;
+	int c;
 
 	dt = now - q->lend_ns;
 	if ((__s64)dt < (__s64)LEND_INTERVAL_NS)
@@ -72,26 +86,37 @@ static __always_inline int lend_tick(struct hbm_queue *q, const struct hbm_confi
 	q->lend_ns = now;
 	rate = q->eff_bps / 8;
 
-	phi = q->lend_q16 ? q->lend_q16 : LEND_ONE;
+	/* Priorities: the multiple that falls is the lowest class's still
+	 * lent (batch first), the one that grows the highest class's that
+	 * wants more (latency first). */
 	if (backlog > (__s64)cfg->mark_ns) {
 		ratio = y > rate ? (rate << 16) / y : LEND_DOWN_MAX;
 		if (ratio > LEND_DOWN_MAX)
 			ratio = LEND_DOWN_MAX;
 		if (ratio < LEND_DOWN_MIN)
 			ratio = LEND_DOWN_MIN;
-		phi = phi * ratio >> 16;
-	} else if (y < rate && (__s64)(now - q->lend_want_ns) < (__s64)LEND_WANT_NS) {
+		for (c = HBM_PRIO_CLASSES - 1; c >= 0; c--) {
+			phi = q->lend_q16[c & 3];
+			if (phi <= LEND_ONE)
+				continue;
+			phi = phi * ratio >> 16;
+			q->lend_q16[c & 3] = phi > LEND_ONE ? phi : 0;
+			break;
+		}
+	} else if (y < rate) {
 		ratio = y ? (rate << 16) / y : LEND_UP_MAX;
 		if (ratio > LEND_UP_MAX)
 			ratio = LEND_UP_MAX;
-		up = phi * ratio >> 16;
-		phi += (up - phi) >> 2;
+		for (c = 0; c < HBM_PRIO_CLASSES; c++) {
+			if ((__s64)(now - q->lend_want_ns[c & 3]) >= (__s64)LEND_WANT_NS)
+				continue;
+			phi = q->lend_q16[c & 3] ? q->lend_q16[c & 3] : LEND_ONE;
+			up = phi * ratio >> 16;
+			phi += (up - phi) >> 2;
+			q->lend_q16[c & 3] = phi > LEND_MAX ? LEND_MAX : phi;
+			break;
+		}
 	}
-	if (phi < LEND_ONE)
-		phi = LEND_ONE;
-	if (phi > LEND_MAX)
-		phi = LEND_MAX;
-	q->lend_q16 = phi == LEND_ONE ? 0 : phi;
 
 	if (cfg->ceil_bps <= cfg->rate_bps) {
 		if (q->eff_bps != cfg->rate_bps)
@@ -105,11 +130,12 @@ static __always_inline int lend_tick(struct hbm_queue *q, const struct hbm_confi
 }
 
 /* lend_level is one level's part in borrowing (group id, direction dir):
- * asked (ask: 1, or 2 with the borrower's want) by a borrower below whose
- * interval ended on this packet, it answers its multiple and notes the want;
- * then, if due, it ends its own interval (lend_tick). Returns the answer
- * (bits 0-31; 0: not asked, or no limit), bit 32 if it is a borrower that
- * ended its interval, bit 33 if it wants more. A global function: verified
+ * asked (ask: bit 0; bit 1, the borrower wants more; bits 2-3, its class,
+ * lend_rank) by a borrower below whose interval ended on this packet, it
+ * answers its class's multiple and notes the want; then, if due, it ends
+ * its own interval (lend_tick). Returns the answer (bits 0-31; 0: not
+ * asked, or no limit), bit 32 if it is a borrower that ended its interval,
+ * bit 33 if it wants more, bits 34-35 its class. A global function: verified
  * once, its stack not the program's. */
 __noinline __u64 lend_level(__u32 dir, __u64 id, __u64 now, __u32 ask, __u32 due)
 {
@@ -117,6 +143,7 @@ __noinline __u64 lend_level(__u32 dir, __u64 id, __u64 now, __u32 ask, __u32 due
 	const struct hbm_config *cfg;
 	struct hbm_queue *q;
 	__u64 ans = 0, borrower = 0;
+	__u32 rank;
 	__u8 want = 0;
 
 	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
@@ -125,14 +152,17 @@ __noinline __u64 lend_level(__u32 dir, __u64 id, __u64 now, __u32 ask, __u32 due
 		return 0;
 	bpf_spin_lock(&q->lock);
 	if (ask) {
-		ans = q->lend_q16 ? q->lend_q16 : LEND_ONE;
-		if (ask == 2)
-			q->lend_want_ns = now;
+		rank = (ask >> 2) & 3;
+		if (rank >= HBM_PRIO_CLASSES)
+			rank = HBM_PRIO_CLASSES - 1;
+		ans = q->lend_q16[rank] ? q->lend_q16[rank] : LEND_ONE;
+		if (ask & 2)
+			q->lend_want_ns[rank] = now;
 	}
 	if (due)
 		borrower = lend_tick(q, cfg, (__s64)(q->vtime_ns - now), now, &want);
 	bpf_spin_unlock(&q->lock);
-	return ans | borrower << 32 | (__u64)(want != 0) << 33;
+	return ans | borrower << 32 | (__u64)(want != 0) << 33 | (__u64)lend_rank(cfg->priority) << 34;
 }
 
 /* lend_rate is the rate in force for a guarantee rate and a ceiling ceil
@@ -193,7 +223,7 @@ __noinline int lend_apply(__u64 id, __u32 dir, __u64 phi)
 __noinline int lend_walk(struct verdict *v)
 {
 	__u64 r, phi = 0;
-	__u32 i, n, due, ask, borrower = 0, want = 0;
+	__u32 i, n, due, ask, borrower = 0, want = 0, rank = 1;
 
 	if (!v)
 		return 0;
@@ -202,7 +232,7 @@ __noinline int lend_walk(struct verdict *v)
 		if (i >= n)
 			break;
 		due = (v->lend_due >> i) & 1;
-		ask = borrower && !phi ? 1 + want : 0;
+		ask = borrower && !phi ? 1 | want << 1 | rank << 2 : 0;
 		if (!due && !ask)
 			continue;
 		r = lend_level(v->dir, v->charged_id[i], v->now, ask, due);
@@ -211,6 +241,7 @@ __noinline int lend_walk(struct verdict *v)
 		if (((r >> 32) & 1) && !borrower) {
 			borrower = i + 1;
 			want = (r >> 33) & 1;
+			rank = (r >> 34) & 3;
 		}
 	}
 	if (borrower && (phi || !v->drop))

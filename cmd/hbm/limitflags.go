@@ -14,6 +14,7 @@ type limitFlags struct {
 	egress, ingress rate.Rate
 	egressCeil      rate.Rate
 	ingressCeil     rate.Rate
+	priority        string
 	th              rate.Thresholds
 	loopback        bool
 	noDrop          bool
@@ -27,6 +28,7 @@ func (lf *limitFlags) register(cmd *cobra.Command) {
 	f.Var(&lf.egress, "egress", "egress `RATE` (e.g. 200mbit, 1gbit)")
 	f.Var(&lf.ingress, "ingress", "ingress `RATE` (e.g. 500mbit, 9gbit)")
 	f.Var(&lf.egressCeil, "egress-ceil", "most the group may send, borrowing what its siblings under the nearest limited group above leave unused (`RATE`; default: --egress, no borrowing)")
+	f.StringVar(&lf.priority, "priority", "normal", "who borrows first, with a ceiling: latency, normal or batch (`CLASS`; each keeps its rate)")
 	f.Var(&lf.ingressCeil, "ingress-ceil", "most the group may receive, borrowing as --egress-ceil (`RATE`; default: --ingress)")
 	f.BoolVar(&lf.loopback, "loopback", false, "police loopback traffic too (exempt by default)")
 	f.BoolVar(&lf.noDrop, "no-drop", false, "mark only, never drop (ingress: incast protection; --mark and --burst then default to 200us)")
@@ -43,6 +45,10 @@ func (lf *limitFlags) register(cmd *cobra.Command) {
 // limits returns the limit of each direction named on cmd's command line
 // (nil: not named), validated: a usage error names the flag at fault.
 func (lf *limitFlags) limits(cmd *cobra.Command) (egress, ingress *dataplane.Limit, err error) {
+	prio, err := dataplane.ParsePriority(lf.priority)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("--priority: %w", err)}
+	}
 	mk := func(flag string, r, ceil rate.Rate) (*dataplane.Limit, error) {
 		if !cmd.Flags().Changed(flag) {
 			if cmd.Flags().Changed(flag + "-ceil") {
@@ -61,7 +67,7 @@ func (lf *limitFlags) limits(cmd *cobra.Command) (egress, ingress *dataplane.Lim
 		if err := t.Validate(); err != nil {
 			return nil, usageError{fmt.Errorf("--%s %v: %w", flag, r, err)}
 		}
-		return &dataplane.Limit{Rate: r, Ceil: ceil, Thresholds: t, Loopback: lf.loopback, NoDrop: lf.noDrop,
+		return &dataplane.Limit{Rate: r, Ceil: ceil, Priority: prio, Thresholds: t, Loopback: lf.loopback, NoDrop: lf.noDrop,
 			MinInflight: lf.minInflight, NoPace: lf.noPace}, nil
 	}
 	if egress, err = mk("egress", lf.egress, lf.egressCeil); err != nil {

@@ -142,6 +142,9 @@ low rates.`,
 				}
 				if c.Limit.Ceil > c.Limit.Rate {
 					mode = fmt.Sprintf(", borrowing up to %v%s", c.Limit.Ceil, mode)
+					if c.Limit.Priority != dataplane.PriorityNormal {
+						mode += fmt.Sprintf(" (%v priority)", c.Limit.Priority)
+					}
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %v limited to %v%s\n", safetext.Quote(g.Rel), c.Dir, c.Limit.Rate, mode)
 			}
@@ -239,7 +242,7 @@ func groupEntries(es []dataplane.Entry) []jsonout.Group {
 			out = append(out, jsonout.NewGroup(e.Cgroup, e.CgroupID))
 			out[i].Removed, out[i].Unresolved = e.Gone, e.Cgroup == "" && !e.Gone
 		}
-		d := &jsonout.Direction{RateBps: uint64(e.Limit.Rate), CeilBps: uint64(e.Limit.Ceil),
+		d := &jsonout.Direction{RateBps: uint64(e.Limit.Rate), CeilBps: uint64(e.Limit.Ceil), Priority: priorityName(e.Limit.Priority),
 			InForceBps: uint64(e.Stats.InForce), NoDrop: e.Limit.NoDrop, Enforced: e.Enforced,
 			Bytes: e.Stats.Bytes, Packets: e.Stats.Packets, Marked: e.Stats.Marked, CWR: e.Stats.CWR,
 			Dropped: e.Stats.Dropped, DroppedBytes: e.Stats.DroppedBytes, Gated: e.Stats.Gated}
@@ -297,6 +300,14 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// priorityName is a limit's priority in the JSON ("": normal).
+func priorityName(p dataplane.Priority) string {
+	if p == dataplane.PriorityNormal {
+		return ""
+	}
+	return p.String()
+}
+
 func writeTable(w io.Writer, es []dataplane.Entry) error {
 	if len(es) == 0 {
 		fmt.Fprintln(w, "no limits set")
@@ -319,6 +330,9 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 		ceil, now := "-", "-"
 		if e.Limit.Ceil > e.Limit.Rate {
 			ceil, now = e.Limit.Ceil.String(), e.Stats.InForce.String()
+			if e.Limit.Priority != dataplane.PriorityNormal {
+				ceil += " " + e.Limit.Priority.String()
+			}
 		}
 		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate, ceil, now, enf,
 			e.Stats.Bytes, e.Stats.Packets, e.Stats.Marked, e.Stats.CWR, e.Stats.Dropped, e.Stats.DroppedBytes, e.Stats.Gated)

@@ -170,7 +170,7 @@ func Load(path string) (*Config, error) {
 // per option of `hbm set`.
 var ruleKeys = map[string]string{
 	"cgroup": "selector", "unit": "selector", "glob": "selector",
-	"egress": "rate", "ingress": "rate", "egress_ceil": "rate", "ingress_ceil": "rate",
+	"egress": "rate", "ingress": "rate", "egress_ceil": "rate", "ingress_ceil": "rate", "priority": "priority",
 	"loopback": "bool", "no_drop": "bool", "no_pace": "bool",
 	"burst": "duration", "pace": "duration", "mark": "duration", "drop_large": "duration", "drop_small": "duration",
 	"min_inflight": "uint", "max_groups": "uint",
@@ -291,7 +291,7 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 		k, v := n.Content[i], n.Content[i+1]
 		typ, ok := ruleKeys[k.Value]
 		if !ok {
-			return r, p.errf(k, "unknown field %q (fields: cgroup, unit, glob, egress, ingress, egress_ceil, ingress_ceil, loopback, no_drop, no_pace, burst, pace, mark, drop_large, drop_small, min_inflight, max_groups)", k.Value)
+			return r, p.errf(k, "unknown field %q (fields: cgroup, unit, glob, egress, ingress, egress_ceil, ingress_ceil, priority, loopback, no_drop, no_pace, burst, pace, mark, drop_large, drop_small, min_inflight, max_groups)", k.Value)
 		}
 		if seen[k.Value] {
 			return r, p.errf(k, "%s given twice", k.Value)
@@ -316,6 +316,12 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 			}
 			*map[string]*rate.Rate{"egress": &egress, "ingress": &ingress,
 				"egress_ceil": &egressCeil, "ingress_ceil": &ingressCeil}[k.Value] = rt
+		case "priority":
+			pr, err := dataplane.ParsePriority(v.Value)
+			if err != nil {
+				return r, p.errf(v, "%v", err)
+			}
+			opts.Priority = pr
 		case "bool":
 			b, err := strconv.ParseBool(v.Value)
 			if err != nil || v.Tag != "!!bool" {

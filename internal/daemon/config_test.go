@@ -105,16 +105,18 @@ func TestParseCeil(t *testing.T) {
     egress: 300mbit
     egress_ceil: 1gbit
     ingress: 500mbit
+    priority: latency
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, i := cfg.Rules[0].Egress, cfg.Rules[0].Ingress; e.Ceil != 1e9 || i.Ceil != 0 {
-		t.Errorf("egress ceiling %v, ingress %v; want 1gbit and none", e.Ceil, i.Ceil)
+	if e, i := cfg.Rules[0].Egress, cfg.Rules[0].Ingress; e.Ceil != 1e9 || i.Ceil != 0 || e.Priority != dataplane.PriorityLatency {
+		t.Errorf("egress ceiling %v priority %v, ingress %v; want 1gbit latency and none", e.Ceil, e.Priority, i.Ceil)
 	}
 	for in, want := range map[string]string{
 		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    ingress_ceil: 2gbit\n":  "ingress_ceil: give the rate",
 		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    egress_ceil: 100mbit\n": "below the rate",
+		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    priority: urgent\n":     "want latency, normal or batch",
 	} {
 		if _, err := Parse("f", []byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want an error saying %q", in, err, want)

@@ -35,6 +35,8 @@ type hbmHbmConfig struct {
 	MinInflight   uint32
 	PaceTargetNs  int64
 	CeilBps       uint64
+	Priority      hbmHbmPrio
+	Pad           uint32
 }
 
 type hbmHbmDir uint32
@@ -87,6 +89,14 @@ type hbmHbmPeerKey struct {
 	Addr        [4]uint32
 }
 
+type hbmHbmPrio uint32
+
+const (
+	hbmHbmPrioHBM_PRIO_NORMAL  hbmHbmPrio = 0
+	hbmHbmPrioHBM_PRIO_LATENCY hbmHbmPrio = 1
+	hbmHbmPrioHBM_PRIO_BATCH   hbmHbmPrio = 2
+)
+
 type hbmHbmQueue struct {
 	_    structs.HostLayout
 	Lock struct {
@@ -133,8 +143,8 @@ type hbmHbmQueue struct {
 	LendNs          uint64
 	LendBytes       uint64
 	LendY_Bps       uint64
-	LendQ16         uint64
-	LendWantNs      uint64
+	LendQ16         [3]uint64
+	LendWantNs      [3]uint64
 	St              hbmHbmStats
 }
 

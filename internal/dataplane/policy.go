@@ -36,7 +36,9 @@ type Limit struct {
 	// other groups under the nearest limited group above it leave unused,
 	// in proportion to their rates (bpf/include/lend.h). 0 or Rate: no
 	// borrowing, the rate is a hard cap.
-	Ceil       rate.Rate
+	Ceil rate.Rate
+	// Priority: which borrowers get what is left first (bpf/include/lend.h).
+	Priority   Priority
 	Thresholds rate.Thresholds // zero value: rate.Default(Rate)
 	Loopback   bool            // police loopback traffic too
 	NoDrop     bool            // mark only, never drop
@@ -44,6 +46,37 @@ type Limit struct {
 	// MinInflight overrides the default protection of TCP flows with few
 	// packets out (0: DefaultMinInflight). For experiments.
 	MinInflight uint32
+}
+
+// Priority is a borrowing class: what a lender leaves goes to latency
+// groups first and batch groups last; each keeps its guarantee.
+type Priority uint32
+
+const (
+	PriorityNormal  = Priority(hbmHbmPrioHBM_PRIO_NORMAL)
+	PriorityLatency = Priority(hbmHbmPrioHBM_PRIO_LATENCY)
+	PriorityBatch   = Priority(hbmHbmPrioHBM_PRIO_BATCH)
+)
+
+// Priorities are the names of the priorities, as the CLI and the daemon's
+// file spell them.
+var Priorities = map[string]Priority{"latency": PriorityLatency, "normal": PriorityNormal, "batch": PriorityBatch}
+
+func (p Priority) String() string {
+	for n, q := range Priorities {
+		if q == p {
+			return n
+		}
+	}
+	return "priority(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParsePriority reads a priority's name.
+func ParsePriority(s string) (Priority, error) {
+	if p, ok := Priorities[s]; ok {
+		return p, nil
+	}
+	return 0, fmt.Errorf("priority %q: want latency, normal or batch", s)
 }
 
 // Policy constants of the data plane, outside the user's Limit.
@@ -120,6 +153,10 @@ func config(l Limit) (hbmHbmConfig, error) {
 	if l.Ceil > l.Rate {
 		c.CeilBps = uint64(l.Ceil)
 	}
+	if l.Priority > PriorityBatch {
+		return hbmHbmConfig{}, fmt.Errorf("unknown %v", l.Priority)
+	}
+	c.Priority = hbmHbmPrio(l.Priority)
 	if l.Loopback {
 		c.Flags |= hbmHbmFlagsHBM_F_LOOPBACK
 	}
@@ -138,8 +175,9 @@ func limitOf(c hbmHbmConfig) Limit {
 		ceil = rate.Rate(c.CeilBps)
 	}
 	return Limit{
-		Rate: rate.Rate(c.RateBps),
-		Ceil: ceil,
+		Rate:     rate.Rate(c.RateBps),
+		Ceil:     ceil,
+		Priority: Priority(c.Priority),
 		Thresholds: rate.Thresholds{
 			Burst:      time.Duration(c.BurstNs),
 			Pace:       time.Duration(c.PaceTargetNs),

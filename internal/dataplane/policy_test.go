@@ -41,3 +41,23 @@ func TestLimitCeil(t *testing.T) {
 		}
 	}
 }
+
+// TestPriority: the names round-trip, an unknown one is refused, and a
+// limit's priority reaches the configuration and comes back.
+func TestPriority(t *testing.T) {
+	for name, p := range Priorities {
+		if got, err := ParsePriority(name); err != nil || got != p || p.String() != name {
+			t.Errorf("%s: %v %v (String %q)", name, got, err, p.String())
+		}
+	}
+	if _, err := ParsePriority("urgent"); err == nil {
+		t.Errorf("priority urgent accepted")
+	}
+	if _, err := config(Limit{Rate: 100e6, Priority: 7}); err == nil {
+		t.Errorf("priority 7 accepted")
+	}
+	c, err := config(Limit{Rate: 100e6, Ceil: 1e9, Priority: PriorityBatch})
+	if err != nil || limitOf(c).Priority != PriorityBatch {
+		t.Errorf("batch: %+v %v", limitOf(c), err)
+	}
+}

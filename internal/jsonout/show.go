@@ -55,6 +55,7 @@ type Direction struct {
 	RateBps      uint64 `json:"rate_bps"`
 	CeilBps      uint64 `json:"ceil_bps,omitempty"`          // most it may take borrowing (absent: rate_bps, no borrowing)
 	InForceBps   uint64 `json:"rate_in_force_bps,omitempty"` // the rate in force now: rate_bps, or more borrowed
+	Priority     string `json:"priority,omitempty"`          // borrowing class: latency or batch (absent: normal)
 	NoDrop       bool   `json:"no_drop,omitempty"`
 	Enforced     bool   `json:"enforced"`      // false: a program the limit needs (policing; its assist unless no-pace) is not attached (see hbm show)
 	Bytes        uint64 `json:"bytes"`         // wire bytes passed (a GSO packet counts as its segments)

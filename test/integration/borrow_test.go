@@ -168,3 +168,56 @@ func TestIngressBorrow(t *testing.T) {
 		t.Errorf("/r/b at %.3f of its guarantee with /r/a busy, want [0.60, 1.20]", fb)
 	}
 }
+
+// TestEgressBorrowPriority: what a lender leaves goes to a latency group
+// before a batch group; each keeps its guarantee. /p 400mbit; /p/a latency
+// and /p/b batch, both 100mbit up to 400mbit, both busy: /p/a takes what
+// /p/b's guarantee leaves (about 300 Mbit/s), /p/b keeps its 100. Without
+// priorities they share it equally (200 each), which both bounds fail.
+func TestEgressBorrowPriority(t *testing.T) {
+	l := egSetup(t, "egprio")
+	parent, _ := l.cgroup(t, "p")
+	a, adir := l.cgroup(t, "p/a")
+	b, bdir := l.cgroup(t, "p/b")
+	l.set(t, parent, "400mbit")
+	defer l.hbm.Unset(parent)
+	for _, g := range []struct{ path, prio string }{{a, "latency"}, {b, "batch"}} {
+		if _, err := l.hbm.Run("set", g.path, "--egress", "100mbit", "--egress-ceil", "400mbit", "--priority", g.prio); err != nil {
+			t.Fatalf("hbm set %s --priority %s: %v", g.path, g.prio, err)
+		}
+		defer l.hbm.Unset(g.path)
+	}
+	if c, err := l.hbm.Egress(b); err != nil || c == nil || c.Priority != "batch" {
+		t.Fatalf("hbm show --json: %s egress %+v (%v), want priority batch", b, c, err)
+	}
+	type res struct {
+		r   *workload.Result
+		err error
+	}
+	ra, rb := make(chan res, 1), make(chan res, 1)
+	for _, x := range []struct {
+		dir string
+		ch  chan res
+	}{{adir, ra}, {bdir, rb}} {
+		go func(dir string, ch chan res) {
+			r, err := l.tb.RunClient(context.Background(), l.bin, dir, workload.Config{
+				Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams,
+				Warmup: egWarmup, Duration: egDuration, CC: "cubic",
+			})
+			ch <- res{r, err}
+		}(x.dir, x.ch)
+	}
+	ga, gb := <-ra, <-rb
+	if ga.err != nil || gb.err != nil {
+		t.Fatalf("clients: /p/a %v, /p/b %v", ga.err, gb.err)
+	}
+	fa, fb := ga.r.Goodput/300e6, gb.r.Goodput/100e6
+	t.Logf("/p/a (latency) %.1f Mbit/s (%.3f of the 300 left), /p/b (batch) %.1f Mbit/s (%.3f of its 100mbit)",
+		ga.r.Goodput/1e6, fa, gb.r.Goodput/1e6, fb)
+	if fa < 0.80 || fa > 1.10 {
+		t.Errorf("/p/a (latency) at %.3f of the 300 Mbit/s /p/b's guarantee leaves, want [0.80, 1.10]", fa)
+	}
+	if fb < 0.70 || fb > 1.30 {
+		t.Errorf("/p/b (batch) at %.3f of its 100mbit guarantee, want [0.70, 1.30]", fb)
+	}
+}

@@ -35,6 +35,8 @@ type rxfreshHbmConfig struct {
 	MinInflight   uint32
 	PaceTargetNs  int64
 	CeilBps       uint64
+	Priority      uint32
+	Pad           uint32
 }
 
 type rxfreshHbmDir uint32
@@ -124,8 +126,8 @@ type rxfreshHbmQueue struct {
 	LendNs          uint64
 	LendBytes       uint64
 	LendY_Bps       uint64
-	LendQ16         uint64
-	LendWantNs      uint64
+	LendQ16         [3]uint64
+	LendWantNs      [3]uint64
 	St              struct {
 		_            structs.HostLayout
 		Bytes        uint64
