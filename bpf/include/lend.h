@@ -103,7 +103,13 @@ static __always_inline int lend_tick(struct hbm_queue *q, const struct hbm_confi
 			q->lend_q16[c & 3] = phi > LEND_ONE ? phi : 0;
 			break;
 		}
-	} else if (y < rate) {
+	} else {
+		/* The highest class that wants more grows: a quarter of the
+		 * way to rate / y where there is room; where there is none
+		 * but a lower class is lent more than its guarantees, by a
+		 * sixteenth, so that the queue stands and the lower class's
+		 * multiple falls (above). Without that a full lender whose
+		 * queue its flows' pacing keeps low never moved. */
 		ratio = y ? (rate << 16) / y : LEND_UP_MAX;
 		if (ratio > LEND_UP_MAX)
 			ratio = LEND_UP_MAX;
@@ -111,9 +117,13 @@ static __always_inline int lend_tick(struct hbm_queue *q, const struct hbm_confi
 			if ((__s64)(now - q->lend_want_ns[c & 3]) >= (__s64)LEND_WANT_NS)
 				continue;
 			phi = q->lend_q16[c & 3] ? q->lend_q16[c & 3] : LEND_ONE;
-			up = phi * ratio >> 16;
-			phi += (up - phi) >> 2;
-			q->lend_q16[c & 3] = phi > LEND_MAX ? LEND_MAX : phi;
+			if (y < rate) {
+				up = phi * ratio >> 16;
+				phi += (up - phi) >> 2;
+			} else if ((c < 1 && q->lend_q16[1] > LEND_ONE) || (c < 2 && q->lend_q16[2] > LEND_ONE)) {
+				phi += phi >> 4;
+			}
+			q->lend_q16[c & 3] = phi > LEND_MAX ? LEND_MAX : phi == LEND_ONE ? 0 : phi;
 			break;
 		}
 	}
