@@ -31,13 +31,17 @@
  * latency group that wakes takes back from batch groups first; every group
  * keeps its guarantee whatever its class.
  *
- * No lock is shared on the per-packet path: each level takes its own
- * queue's lock, as before. A borrower asks for its lender's multiple once
- * per interval through the packet's verdict (v->borrow_id): the walk goes
- * up the cgroup path, and the first limited level above the borrower, the
- * lender, answers with its multiple (lend_walk, after the walk, once per
- * interval); lend_apply then writes the borrower's new rate into its queue. The
- * lender is whatever limited group the walk finds next, so nothing in the
+ * Per packet, each level counts what it passed under its own queue's lock,
+ * as the policer does anyway (a lender's lock is thus taken by every packet
+ * below it, as any nested limit's is). Once per interval, after the walk
+ * (lend_walk, in global functions), the first borrower whose interval
+ * ended asks the levels above it until one answers with its class's
+ * multiple (the first limited level above it, its lender), and lend_apply
+ * writes the borrower's new rate into its queue. Above a borrower, its
+ * lender neither splits its flows by its own per-flow share (its rate in
+ * force paces them) nor marks or drops what it sends within its guarantee
+ * (policy.h, verdict.borrowed and verdict.guaranteed). The lender is
+ * whatever limited group the walk finds next, so nothing in the
  * configuration names it, and a borrower with none (the topmost limited
  * group) keeps its guarantee. Include after vmlinux.h. */
 #ifndef HBM_LEND_H
