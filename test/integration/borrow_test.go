@@ -43,41 +43,49 @@ func TestEgressBorrow(t *testing.T) {
 	})
 
 	t.Run("both", func(t *testing.T) {
-		type res struct {
-			r   *workload.Result
-			err error
-		}
-		ra, rb := make(chan res, 1), make(chan res, 1)
-		for _, x := range []struct {
-			dir string
-			ch  chan res
-		}{{adir, ra}, {bdir, rb}} {
-			go func(dir string, ch chan res) {
-				r, err := l.tb.RunClient(context.Background(), l.bin, dir, workload.Config{
-					Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams,
-					Warmup: egWarmup, Duration: egDuration, CC: "cubic",
-				})
-				ch <- res{r, err}
-			}(x.dir, x.ch)
-		}
-		ga, gb := <-ra, <-rb
-		if ga.err != nil || gb.err != nil {
-			t.Fatalf("clients: /p/a %v, /p/b %v", ga.err, gb.err)
-		}
+		ga, gb := l.runBoth(t, adir, bdir)
 		// Goodput is payload: about 0.965 of the wire rate.
-		fa, fb := ga.r.Goodput/120e6, gb.r.Goodput/280e6
+		fa, fb := ga.Goodput/120e6, gb.Goodput/280e6
 		t.Logf("/p/a %.1f Mbit/s (%.3f of its 120mbit), /p/b %.1f Mbit/s (%.3f of its 280mbit), together %.3f of 400mbit",
-			ga.r.Goodput/1e6, fa, gb.r.Goodput/1e6, fb, (ga.r.Goodput+gb.r.Goodput)/400e6)
+			ga.Goodput/1e6, fa, gb.Goodput/1e6, fb, (ga.Goodput+gb.Goodput)/400e6)
 		if fa < 0.70 || fa > 1.20 {
 			t.Errorf("/p/a at %.3f of its guarantee with /p/b busy, want [0.70, 1.20]", fa)
 		}
 		if fb < 0.70 || fb > 1.15 {
 			t.Errorf("/p/b at %.3f of its guarantee with /p/a busy, want [0.70, 1.15]", fb)
 		}
-		if s := (ga.r.Goodput + gb.r.Goodput) / 400e6; s > egHigh {
+		if s := (ga.Goodput + gb.Goodput) / 400e6; s > egHigh {
 			t.Errorf("together %.3f of the parent's 400mbit, want at most %.2f", s, egHigh)
 		}
 	})
+}
+
+// runBoth runs 3 cubic streams from each of two groups' directories at once
+// and returns their results.
+func (l *egLab) runBoth(t *testing.T, adir, bdir string) (a, b *workload.Result) {
+	t.Helper()
+	type res struct {
+		r   *workload.Result
+		err error
+	}
+	ra, rb := make(chan res, 1), make(chan res, 1)
+	for _, x := range []struct {
+		dir string
+		ch  chan res
+	}{{adir, ra}, {bdir, rb}} {
+		go func(dir string, ch chan res) {
+			r, err := l.tb.RunClient(context.Background(), l.bin, dir, workload.Config{
+				Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams,
+				Warmup: egWarmup, Duration: egDuration, CC: "cubic",
+			})
+			ch <- res{r, err}
+		}(x.dir, x.ch)
+	}
+	ga, gb := <-ra, <-rb
+	if ga.err != nil || gb.err != nil {
+		t.Fatalf("clients: %s %v, %s %v", adir, ga.err, bdir, gb.err)
+	}
+	return ga.r, gb.r
 }
 
 // TestEgressBorrowNoLender: a ceiling without a limited group above has
@@ -190,30 +198,10 @@ func TestEgressBorrowPriority(t *testing.T) {
 	if c, err := l.hbm.Egress(b); err != nil || c == nil || c.Priority != "batch" {
 		t.Fatalf("hbm show --json: %s egress %+v (%v), want priority batch", b, c, err)
 	}
-	type res struct {
-		r   *workload.Result
-		err error
-	}
-	ra, rb := make(chan res, 1), make(chan res, 1)
-	for _, x := range []struct {
-		dir string
-		ch  chan res
-	}{{adir, ra}, {bdir, rb}} {
-		go func(dir string, ch chan res) {
-			r, err := l.tb.RunClient(context.Background(), l.bin, dir, workload.Config{
-				Addr: l.tb.ReceiverAddr(netlab.ServerPort, false), Streams: egStreams,
-				Warmup: egWarmup, Duration: egDuration, CC: "cubic",
-			})
-			ch <- res{r, err}
-		}(x.dir, x.ch)
-	}
-	ga, gb := <-ra, <-rb
-	if ga.err != nil || gb.err != nil {
-		t.Fatalf("clients: /p/a %v, /p/b %v", ga.err, gb.err)
-	}
-	fa, fb := ga.r.Goodput/300e6, gb.r.Goodput/100e6
+	ga, gb := l.runBoth(t, adir, bdir)
+	fa, fb := ga.Goodput/300e6, gb.Goodput/100e6
 	t.Logf("/p/a (latency) %.1f Mbit/s (%.3f of the 300 left), /p/b (batch) %.1f Mbit/s (%.3f of its 100mbit)",
-		ga.r.Goodput/1e6, fa, gb.r.Goodput/1e6, fb)
+		ga.Goodput/1e6, fa, gb.Goodput/1e6, fb)
 	if fa < 0.80 || fa > 1.10 {
 		t.Errorf("/p/a (latency) at %.3f of the 300 Mbit/s /p/b's guarantee leaves, want [0.80, 1.10]", fa)
 	}
