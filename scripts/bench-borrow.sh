@@ -30,22 +30,19 @@ done
 for t in ip tc iperf3 tcpdump python3 "$HBM"; do
 	command -v "$t" >/dev/null || { echo "bench-borrow: $t not found" >&2; exit 1; }
 done
-bps() { case $1 in *mbit) echo $((${1%mbit} * 1000000)) ;; *gbit) echo $((${1%gbit} * 1000000000)) ;;
-	*) echo "bench-borrow: rate $1: use NNmbit or NNgbit" >&2; return 1 ;; esac; }
-LBPS=$(bps "$LINK") && ABPS=$(bps "$GA") && BBPS=$(bps "$GB") || exit 2
+. "$(dirname "$0")/lib/nspair.sh"
+LBPS=$(nspair_bps "$LINK") && ABPS=$(nspair_bps "$GA") && BBPS=$(nspair_bps "$GB") || exit 2
 read -r PA PB <<<"$PRIOS"
 htbprio() { case $1 in latency) echo 0 ;; normal) echo 3 ;; batch) echo 7 ;; *) echo "bench-borrow: priority $1" >&2; return 1 ;; esac; }
 HPA=$(htbprio "$PA") && HPB=$(htbprio "${PB:-normal}") || exit 2
-CG=$(awk '$9 == "cgroup2" {print $5; exit}' /proc/self/mountinfo)
+CG=$(nspair_cgroot)
 [ -n "$CG" ] || { echo "bench-borrow: no cgroup2 mount" >&2; exit 1; }
 TOP=/hbm-bench-borrow C=hbmbw-c S=hbmbw-s
 WORK=$(mktemp -d /tmp/hbm-bench-borrow.XXXXXX)
 
 cleanup() {
 	for g in $TOP/p/a $TOP/p/b $TOP/p; do "$HBM" unset "$g" >/dev/null 2>&1; done
-	for ns in $C $S; do ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null; done
-	sleep 0.2
-	ip netns del $C 2>/dev/null; ip netns del $S 2>/dev/null
+	nspair_down $C $S
 	for g in $TOP/p/a $TOP/p/b $TOP/p $TOP; do rmdir "$CG$g" 2>/dev/null; done
 }
 trap 'cleanup; rm -rf "$WORK"' EXIT
@@ -53,12 +50,7 @@ trap 'exit 130' INT TERM
 
 lab() {
 	cleanup
-	ip netns add $C && ip netns add $S &&
-		ip link add bw0 netns $C type veth peer name bw0 netns $S &&
-		ip -n $C addr add 198.18.8.1/24 dev bw0 && ip -n $S addr add 198.18.8.2/24 dev bw0 &&
-		ip -n $C link set bw0 up && ip -n $S link set bw0 up &&
-		ip -n $C link set lo up && ip -n $S link set lo up &&
-		mkdir -p "$CG$TOP/p/a" "$CG$TOP/p/b" || return 1
+	nspair_up $C $S bw0 198.18.8 && mkdir -p "$CG$TOP/p/a" "$CG$TOP/p/b" || return 1
 	for port in 5201 5202; do
 		ip netns exec $S setsid iperf3 -s -p $port -D >/dev/null 2>&1 || return 1
 	done

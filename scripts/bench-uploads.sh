@@ -25,9 +25,9 @@ done
 for t in ip tc nginx ab "$HBM"; do
 	command -v "$t" >/dev/null || { echo "bench-uploads: $t not found" >&2; exit 1; }
 done
-case $RATE in *mbit) BPS=$((${RATE%mbit} * 1000000)) ;; *gbit) BPS=$((${RATE%gbit} * 1000000000)) ;;
-*) echo "bench-uploads: rate $RATE: use NNmbit or NNgbit" >&2; exit 2 ;; esac
-CG=$(awk '$9 == "cgroup2" {print $5; exit}' /proc/self/mountinfo)
+. "$(dirname "$0")/lib/nspair.sh"
+BPS=$(nspair_bps "$RATE") || exit 2
+CG=$(nspair_cgroot)
 [ -n "$CG" ] || { echo "bench-uploads: no cgroup2 mount" >&2; exit 1; }
 GROUP=/hbm-bench-uploads C=hbmup-c S=hbmup-s
 WORK=$(mktemp -d /tmp/hbm-bench-uploads.XXXXXX)
@@ -35,9 +35,7 @@ chmod 755 "$WORK"
 
 cleanup() {
 	"$HBM" unset "$GROUP" >/dev/null 2>&1
-	for ns in $C $S; do ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null; done
-	sleep 0.2
-	ip netns del $C 2>/dev/null; ip netns del $S 2>/dev/null
+	nspair_down $C $S
 	rmdir "$CG$GROUP" 2>/dev/null
 }
 trap 'cleanup; rm -rf "$WORK"' EXIT
@@ -45,11 +43,7 @@ trap 'exit 130' INT TERM
 
 lab() {
 	cleanup
-	ip netns add $C && ip netns add $S &&
-		ip link add up0 netns $C type veth peer name up0 netns $S &&
-		ip -n $C addr add 198.18.7.1/24 dev up0 && ip -n $S addr add 198.18.7.2/24 dev up0 &&
-		ip -n $C link set up0 up && ip -n $S link set up0 up &&
-		ip -n $C link set lo up && ip -n $S link set lo up && mkdir -p "$CG$GROUP" || return 1
+	nspair_up $C $S up0 198.18.7 && mkdir -p "$CG$GROUP" || return 1
 	mkdir -p "$WORK/ng"
 	cat >"$WORK/ng/nginx.conf" <<EOF
 daemon off;

@@ -14,10 +14,17 @@
  * closes. Its cap becomes its share as a transfer (weight XFER_WEIGHT,
  * share.h), which the first packet of its next transfer, one TSO packet,
  * leaves at whatever the cap: TCP delays a paced socket's packet only by
- * the time the one before it took at the cap. Data plane v2 lifted an idle
+ * the time the one before it took at the cap. Where its own group has
+ * credit when it goes idle, the next transfer's first window, as much as
+ * that credit holds for it (idle_room), leaves unpaced: TCP puts at most
+ * half its cwnd in one packet (tcp_cwnd_test), so at the cap a 10 KB
+ * request in a 100mbit group left in two packets, the second 0.3 ms later,
+ * where an htb class with tokens sends it whole. Data plane v2 lifted an idle
  * socket's cap to 64 KB per millisecond for an "RPC class" at 7/8 of the
  * rate: a back-to-back 10 KB loop then took 168 of its group's 200 Mbit/s
  * and left 12 to a 1 MB loop beside it (1 MB P99 680 ms against htb's 97).
+ * Credit is not such a class: a loop that keeps its group busy leaves its
+ * queue none, and is paced at its share as before.
  */
 #ifndef HBM_PACING_H
 #define HBM_PACING_H
@@ -29,20 +36,45 @@
 
 #define TCP_CLOSE_STATE 7 /* TCP_CLOSE, the state a socket ends in */
 
+/* idle_room is what group (q, cfg) lets a socket's next transfer send
+ * unpaced, bytes: the credit its queue holds (at most burst_ns), at the
+ * rate in force, shared with the flows it counted in its last window, the
+ * transfer weighing XFER_WEIGHT as there. Read when the socket goes idle,
+ * right after its last transfer was charged: a lower bound of what the
+ * group holds when the next one starts. Called with the queue locked. */
+static __always_inline __u64 idle_room(const struct hbm_queue *q, const struct hbm_config *cfg, __u64 now)
+{
+	__s64 credit = (__s64)(now - q->vtime_ns);
+	__u64 rate = q->eff_bps && q->eff_base_bps == cfg->rate_bps ? q->eff_bps : cfg->rate_bps, bytes;
+
+	if (credit <= 0)
+		return 0;
+	if ((__u64)credit > cfg->burst_ns)
+		credit = (__s64)cfg->burst_ns;
+	/* credit <= burst_ns < 2^42 ns (an hour, rate.Validate) and rate <
+	 * 2^39 bits/s: us x bytes per ms < 2^59. */
+	bytes = (__u64)credit / 1000 * (rate / 8000) / 1000;
+	return bytes * XFER_WEIGHT / (q->flows + XFER_WEIGHT);
+}
+
 /* depart leaves every group the socket is counted in (share.h,
  * share_depart; closed: for good): each level of its cgroup path with a
- * slot in s->seen, read from the socket's cgroup path (cgpath.h). */
-static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int closed)
+ * slot in s->seen, read from the socket's cgroup path (cgpath.h). Returns
+ * the deepest such group's idle_room: what the socket's own group lets its
+ * next transfer send at once (0 when closed). */
+static __always_inline __u64 depart(struct tcp_sock *tp, struct hbm_sock *s, int closed)
 {
 	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
+	const struct hbm_config *cfg;
 	struct hbm_queue *q;
 	struct cgroup *cg;
+	__u64 now = bpf_ktime_get_ns(), room = 0;
 	int level, i;
 
 	s->burst = 0;
 	cg = sk_cgroup((struct sock *)tp, &level);
 	if (!cg)
-		return;
+		return 0;
 	for (i = 0; i < HBM_MAX_LEVELS; i++) {
 		if (i > level)
 			break;
@@ -52,14 +84,17 @@ static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int 
 		if (!key.cgroup_id)
 			break;
 		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+		cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
 		if (!q) {
 			s->seen[i] = 0;
 			continue;
 		}
 		bpf_spin_lock(&q->lock);
 		share_depart(q, s, i, closed);
+		room = cfg && !closed ? idle_room(q, cfg, now) : 0;
 		bpf_spin_unlock(&q->lock);
 	}
+	return room;
 }
 
 /* cwnd_fit is the cwnd clamp, in segments, that paces a socket capped at
@@ -162,6 +197,8 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	if (!s->xfer_time)
 		s->xfer_time = xfer_time_first(skops);
 	if (tp_idle(tp)) {
+		__u64 room = 0;
+
 		if (s->burst) {
 			struct hbm_listen *l = listen_entry(skops);
 
@@ -171,7 +208,19 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 						      s->xfer_start);
 			if (l && l->xfer_time != s->xfer_time)
 				l->xfer_time = s->xfer_time;
-			depart(tp, s, 0);
+			room = depart(tp, s, 0);
+		}
+		if (s->want_Bps && room >= (__u64)CWND_MIN_SEGS * tp->mss_cache) {
+			/* Its group has room: the next transfer's first
+			 * window, at most the room, leaves unpaced (an htb
+			 * class with tokens sends a whole packet, of any
+			 * size), and its first ACK paces it at its share
+			 * again (below). */
+			__u64 segs = room / tp->mss_cache;
+
+			pace_set(skops, tp, s, PACE_MAX_BPS);
+			cwnd_set(skops, tp, s, segs > CWND_XFER_SEGS ? CWND_XFER_SEGS : (__u32)segs);
+			return 1;
 		}
 		pace(skops, tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps);
 		return 1;

@@ -1,0 +1,36 @@
+# nspair.sh: the benchmark scripts' two-host lab, sourced (not run) by
+# scripts/bench-*.sh. Two network namespaces joined by a veth pair; every
+# function returns non-zero on failure and leaves cleanup to nspair_down.
+
+# nspair_cgroot prints where cgroup2 is mounted (from mountinfo).
+nspair_cgroot() { awk '$9 == "cgroup2" {print $5; exit}' /proc/self/mountinfo; }
+
+# nspair_up C S DEV NET: namespaces C and S, the veth DEV in both, C at
+# NET.1/24 and S at NET.2/24 (NET: three octets, e.g. 198.18.8), lo up.
+nspair_up() {
+	ip netns add "$1" && ip netns add "$2" &&
+		ip link add "$3" netns "$1" type veth peer name "$3" netns "$2" &&
+		ip -n "$1" addr add "$4.1/24" dev "$3" && ip -n "$2" addr add "$4.2/24" dev "$3" &&
+		ip -n "$1" link set "$3" up && ip -n "$2" link set "$3" up &&
+		ip -n "$1" link set lo up && ip -n "$2" link set lo up
+}
+
+# nspair_down C S: kills every process in the namespaces and deletes them;
+# quiet where they do not exist (a crashed run's leftovers, or none).
+nspair_down() {
+	local ns
+	for ns in "$1" "$2"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null; done
+	sleep 0.2
+	ip netns del "$1" 2>/dev/null
+	ip netns del "$2" 2>/dev/null
+	return 0
+}
+
+# nspair_bps RATE prints RATE (NNmbit or NNgbit) in bits per second.
+nspair_bps() {
+	case $1 in
+	*mbit) echo $((${1%mbit} * 1000000)) ;;
+	*gbit) echo $((${1%gbit} * 1000000000)) ;;
+	*) echo "rate $1: use NNmbit or NNgbit" >&2; return 1 ;;
+	esac
+}
