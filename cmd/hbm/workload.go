@@ -80,8 +80,10 @@ func newWorkloadRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run bulk streams and RPC loops against a workload server and report",
-		Long: `Run bulk streams and back-to-back RPC loops against "hbm workload serve" for
---warmup, then measure for --duration.
+		Long: `Run bulk streams and RPC loops against "hbm workload serve" for --warmup,
+then measure for --duration. An RPC loop sends its next request when the
+reply is in (back to back), or with --rpc-rate N, N a second on schedule
+(one behind its schedule sends at once and does not catch up).
 
 With --script, the measurement windows come from stdin instead: "begin NAME"
 opens one, "end" closes it and prints its result as a JSON line, "stop" ends
@@ -144,6 +146,7 @@ once connected.`,
 	f.IntVar(&cfg.RPCs, "rpc", 1, "request/response loops")
 	f.StringVar(&rpcSize, "rpc-size", "10KB", "request size (K = 1024)")
 	f.StringVar(&replySize, "reply-size", "64", "reply size")
+	f.Float64Var(&cfg.RPCRate, "rpc-rate", 0, "requests each RPC loop starts per second (0: back to back)")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "measurement window")
 	f.DurationVar(&cfg.Warmup, "warmup", 2*time.Second, "traffic before the window")
 	f.StringVar(&cfg.CC, "cc", "", "TCP congestion control of every socket (default: the system's)")

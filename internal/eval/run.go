@@ -466,6 +466,9 @@ func (t *topology) startClient(ctx context.Context, fl *Flow, src string, ep *en
 	default:
 		args = append(args, "--streams", "0", "--rpc", strconv.Itoa(fl.Count),
 			"--rpc-size", strconv.Itoa(fl.SizeBytes), "--reply-size", strconv.Itoa(fl.ReplyBytes))
+		if fl.PerSecond > 0 {
+			args = append(args, "--rpc-rate", strconv.FormatFloat(fl.PerSecond, 'g', -1, 64))
+		}
 	}
 	if cc != "" {
 		args = append(args, "--cc", cc)

@@ -131,7 +131,10 @@ type Flow struct {
 	Size  string `yaml:"size"`  // rpc request size; udp datagram payload (default 1472); http response body
 	Reply string `yaml:"reply"` // rpc reply size (default 64)
 	Rate  string `yaml:"rate"`  // udp: offered payload rate per source, all its sockets
-	Count int    `yaml:"count"` // connections (udp: sockets) per source (default 1)
+	// PerSecond is an rpc flow's requests per second per connection, on
+	// schedule (0: back to back; workload.Config.RPCRate).
+	PerSecond float64 `yaml:"per_second"`
+	Count     int     `yaml:"count"` // connections (udp: sockets) per source (default 1)
 	// Counts makes the flow's count a dimension of the run matrix: the
 	// scenario runs once per value (at most one flow has counts).
 	Counts []int `yaml:"counts"`
@@ -617,6 +620,12 @@ func (s *Scenario) validate() error {
 		}
 		if fl.Rate != "" && fl.Kind != "udp" {
 			return ferr(f+".rate", "only a udp flow has a rate (a TCP flow's rate is its congestion control's)")
+		}
+		if fl.PerSecond != 0 && fl.Kind != "rpc" {
+			return ferr(f+".per_second", "only an rpc flow has requests per second")
+		}
+		if !(fl.PerSecond >= 0 && fl.PerSecond <= workload.MaxRPCRate) {
+			return ferr(f+".per_second", "%v: want 0 (back to back) to %d requests a second per connection", fl.PerSecond, workload.MaxRPCRate)
 		}
 		if fl.Kind != "http" {
 			if fl.Keepalive {

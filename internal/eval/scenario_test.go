@@ -60,6 +60,16 @@ func TestParseGood(t *testing.T) {
 	if g := s.ClassGroup(&s.Flows[0]); g != "w" {
 		t.Errorf("class group %q, want w", g)
 	}
+	if f.PerSecond != 0 {
+		t.Errorf("flow 0 per_second %v, want 0 (back to back)", f.PerSecond)
+	}
+	s, err = Parse("good.yaml", strings.NewReader(strings.Replace(goodScenario, "count: 2", "count: 2\n    per_second: 250", 1)))
+	if err != nil {
+		t.Fatalf("per_second: 250: %v", err)
+	}
+	if got := s.Flows[0].PerSecond; got != 250 {
+		t.Errorf("per_second: 250 parsed as %v", got)
+	}
 }
 
 func TestParseUDPAndCounts(t *testing.T) {
@@ -98,7 +108,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams incast-streams-prio incast-streams-shared pps-64 rpc-alone-200m rpc-sep-200m web-keepalive-1g web-keepalive-200m web-new-1g web-new-200m"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs cpu-4g incast-streams incast-streams-prio incast-streams-shared pps-64 rpc-alone-200m rpc-sep-200m rpc-sparse-100m web-keepalive-1g web-keepalive-200m web-new-1g web-new-200m"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
@@ -212,6 +222,9 @@ func TestParseBad(t *testing.T) {
 		{"counts not ints", edit("count: 2", "counts: [1, many]"), "bad.yaml:21: cannot unmarshal !!str `many` into int"},
 		{"two counts", strings.Replace(edit("count: 2", "counts: [1, 2]"), "cc: reno}", "cc: reno, counts: [3]}", 1), `bad.yaml:24: flows[1].counts: flows[0] has counts already`},
 		{"rate on tcp", edit("count: 2", "rate: 1gbit"), `bad.yaml:21: flows[0].rate: only a udp flow has a rate`},
+		{"per_second on a stream", edit("cc: reno}", "cc: reno, per_second: 10}"), `flows[1].per_second: only an rpc flow has requests per second`},
+		{"per_second negative", edit("count: 2", "per_second: -5"), `bad.yaml:21: flows[0].per_second: -5: want 0 (back to back) to 1000000`},
+		{"per_second too high", edit("count: 2", "per_second: 2e6"), `flows[0].per_second: 2e+06: want 0`},
 		{"udp without rate", edit("{kind: stream,", "{kind: udp,"), `bad.yaml:24: flows[1].rate: a udp flow needs an offered rate`},
 		{"udp bad rate", edit("{kind: stream,", "{kind: udp, rate: 2gbps2,"), `bad.yaml:24: flows[1].rate: invalid rate "2gbps2"`},
 		{"udp bad size", edit("{kind: stream,", "{kind: udp, rate: 1gbit, size: 8,"), `bad.yaml:24: flows[1].size: bad datagram size "8": 12 to 65507 bytes`},

@@ -54,6 +54,9 @@ func ClientArgs(cfg workload.Config) []string {
 	if cfg.ReplySize > 0 {
 		a = append(a, "--reply-size", strconv.Itoa(cfg.ReplySize))
 	}
+	if cfg.RPCRate > 0 {
+		a = append(a, "--rpc-rate", strconv.FormatFloat(cfg.RPCRate, 'g', -1, 64))
+	}
 	if cfg.CC != "" {
 		a = append(a, "--cc", cfg.CC)
 	}

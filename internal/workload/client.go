@@ -20,11 +20,16 @@ import (
 
 // Config describes a client run.
 type Config struct {
-	Addr      string        // server host:port (IPv4 or [IPv6])
-	Streams   int           // bulk streams
-	RPCs      int           // request/response loops
-	RPCSize   int           // request bytes, header included (default 10 KB)
-	ReplySize int           // reply bytes (default 64)
+	Addr      string // server host:port (IPv4 or [IPv6])
+	Streams   int    // bulk streams
+	RPCs      int    // request/response loops
+	RPCSize   int    // request bytes, header included (default 10 KB)
+	ReplySize int    // reply bytes (default 64)
+	// RPCRate is the requests each RPC loop starts per second (0: back to
+	// back, the next when the reply is in). A loop behind its schedule
+	// (a reply slower than the interval) starts the next at once and does
+	// not catch up: an open loop without bursts, as sockperf --mps.
+	RPCRate   float64
 	ChunkSize int           // bulk write size (default 128 KB)
 	Warmup    time.Duration // before the measurement window
 	Duration  time.Duration // measurement window (the whole run in script mode)
@@ -86,6 +91,8 @@ func (cfg *Config) defaults() error {
 		return fmt.Errorf("workload: RPC size must be %d..%d bytes", rpcHeaderLen, MaxRPCSize)
 	case cfg.ReplySize < 1 || cfg.ReplySize > MaxRPCSize:
 		return fmt.Errorf("workload: reply size must be 1..%d bytes", MaxRPCSize)
+	case !(cfg.RPCRate >= 0 && cfg.RPCRate <= MaxRPCRate): // NaN too
+		return fmt.Errorf("workload: RPC rate must be 0 (back to back) to %d a second", MaxRPCRate)
 	case cfg.ChunkSize < 1 || cfg.ChunkSize > 64<<20:
 		return errors.New("workload: bad chunk size")
 	case cfg.Warmup < 0 || cfg.Duration <= 0:
@@ -380,9 +387,23 @@ func (c *Client) rpcLoop(i int, conn net.Conn) {
 	binary.BigEndian.PutUint32(req[0:], uint32(c.cfg.RPCSize))
 	binary.BigEndian.PutUint32(req[4:], uint32(c.cfg.ReplySize))
 	rep := make([]byte, c.cfg.ReplySize)
+	var every time.Duration
+	if c.cfg.RPCRate > 0 {
+		every = time.Duration(float64(time.Second) / c.cfg.RPCRate)
+	}
+	next := time.Now()
 	for !c.stopped() {
+		if every > 0 && !c.waitUntil(next) {
+			return
+		}
 		gen := c.gen.Load()
 		t0 := time.Now()
+		if every > 0 {
+			next = next.Add(every)
+			if next.Before(t0) {
+				next = t0 // behind: the next at once, no catching up
+			}
+		}
 		c.inflight[i].Store(t0.UnixNano())
 		if _, err := conn.Write(req); err != nil {
 			c.loopError("rpc request", err)
@@ -399,6 +420,22 @@ func (c *Client) rpcLoop(i int, conn net.Conn) {
 			c.seg.hist.RecordValue(max(1, lat.Microseconds()))
 		}
 		c.mu.Unlock()
+	}
+}
+
+// waitUntil sleeps until t, or until the client stops (false).
+func (c *Client) waitUntil(t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return !c.stopped()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-c.stop:
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 

@@ -50,6 +50,8 @@ const (
 
 	// MaxRPCSize bounds request and reply sizes.
 	MaxRPCSize = 64 << 20
+	// MaxRPCRate bounds an RPC loop's requests per second.
+	MaxRPCRate = 1_000_000
 
 	// DefaultUDPSize is a UDP datagram's payload by default: one 1500-byte
 	// IPv4 packet (1500 - 20 - 8).

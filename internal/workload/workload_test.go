@@ -78,6 +78,39 @@ func TestRPCLatency(t *testing.T) {
 
 // TestServerByteCount sends known byte counts and reads them back through the
 // control connection.
+// TestRPCRate: loops at a fixed rate start that many requests a second,
+// whatever the round trip, and one slower than its interval does not catch
+// up; a bad rate is refused.
+func TestRPCRate(t *testing.T) {
+	addr := startServer(t, "tcp4", "127.0.0.1:0", 0)
+	r, err := Run(context.Background(), Config{
+		Addr: addr, RPCs: 2, RPCRate: 100, Warmup: 200 * time.Millisecond, Duration: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to back, two loops on loopback do thousands a second.
+	if n := r.RPC.Count; n < 150 || n > 230 {
+		t.Errorf("2 loops at 100 a second for 1s: %d RPCs, want about 200", n)
+	}
+	slow := startServer(t, "tcp4", "127.0.0.1:0", 20*time.Millisecond)
+	r, err = Run(context.Background(), Config{
+		Addr: slow, RPCs: 1, RPCRate: 100, Warmup: 200 * time.Millisecond, Duration: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20 ms a reply: 50 a second at most, none sent in a burst to catch up.
+	if n := r.RPC.Count; n < 30 || n > 52 {
+		t.Errorf("1 loop at 100 a second, 20 ms replies: %d RPCs in 1s, want at most about 50", n)
+	}
+	for _, bad := range []float64{-1, 2e6, math.NaN()} {
+		if _, err := Run(context.Background(), Config{Addr: addr, RPCs: 1, RPCRate: bad, Duration: time.Second}); err == nil {
+			t.Errorf("RPCRate %v accepted", bad)
+		}
+	}
+}
+
 func TestServerByteCount(t *testing.T) {
 	addr := startServer(t, "tcp4", "127.0.0.1:0", 0)
 	const sid = 42
