@@ -40,11 +40,7 @@ CG=$(nspair_cgroot)
 TOP=/hbm-bench-borrow C=hbmbw-c S=hbmbw-s
 WORK=$(mktemp -d /tmp/hbm-bench-borrow.XXXXXX)
 
-cleanup() {
-	for g in $TOP/p/a $TOP/p/b $TOP/p; do "$HBM" unset "$g" >/dev/null 2>&1; done
-	nspair_down $C $S
-	for g in $TOP/p/a $TOP/p/b $TOP/p $TOP; do rmdir "$CG$g" 2>/dev/null; done
-}
+cleanup() { nspair_cleanup "$HBM" "$CG" $C $S $TOP/p/a $TOP/p/b $TOP/p $TOP; }
 trap 'cleanup; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 

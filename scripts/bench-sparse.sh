@@ -33,11 +33,7 @@ CG=$(nspair_cgroot)
 GROUP=/hbm-bench-sparse C=hbmsp-c S=hbmsp-s
 WORK=$(mktemp -d /tmp/hbm-bench-sparse.XXXXXX)
 
-cleanup() {
-	"$HBM" unset "$GROUP" >/dev/null 2>&1
-	nspair_down $C $S
-	rmdir "$CG$GROUP" 2>/dev/null
-}
+cleanup() { nspair_cleanup "$HBM" "$CG" $C $S "$GROUP"; }
 trap 'cleanup; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 

@@ -33,11 +33,7 @@ GROUP=/hbm-bench-uploads C=hbmup-c S=hbmup-s
 WORK=$(mktemp -d /tmp/hbm-bench-uploads.XXXXXX)
 chmod 755 "$WORK"
 
-cleanup() {
-	"$HBM" unset "$GROUP" >/dev/null 2>&1
-	nspair_down $C $S
-	rmdir "$CG$GROUP" 2>/dev/null
-}
+cleanup() { nspair_cleanup "$HBM" "$CG" $C $S "$GROUP"; }
 trap 'cleanup; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 

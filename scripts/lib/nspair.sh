@@ -34,3 +34,15 @@ nspair_bps() {
 	*) echo "rate $1: use NNmbit or NNgbit" >&2; return 1 ;;
 	esac
 }
+
+# nspair_cleanup HBM CGROOT C S GROUP...: unsets each group (deepest first,
+# as given), kills and deletes the namespaces, removes the groups'
+# directories under CGROOT; quiet where something does not exist.
+nspair_cleanup() {
+	local hbm=$1 cg=$2 c=$3 s=$4 g
+	shift 4
+	for g in "$@"; do "$hbm" unset "$g" >/dev/null 2>&1; done
+	nspair_down "$c" "$s"
+	for g in "$@"; do rmdir "$cg$g" 2>/dev/null; done
+	return 0
+}
