@@ -1,6 +1,6 @@
 #!/bin/bash
 # bench-sparse.sh: sparse requests in a group well under its limit
-# (bpf/include/pacing.h, idle_room; docs/design.md, "A transfer's first
+# (bpf/include/pacing.h, xfer_plan; docs/design.md, "A transfer's first
 # window from its group's credit"), hbm against htb (rate = ceil on the
 # sender's veth) and no limit. sockperf pings SIZE-byte messages (the reply
 # as large) MPS times a second over TCP from the group; its round trip P50

@@ -69,7 +69,7 @@ static __always_inline int pace_set(void *ctx, struct tcp_sock *tp, struct hbm_s
 
 #define TCP_BPF_SNDCWND_CLAMP_OPT 1002 /* TCP_BPF_SNDCWND_CLAMP, SOL_TCP */
 #define CWND_MIN_SEGS  4          /* never clamp cwnd below this */
-#define CWND_XFER_SEGS 20         /* an unpaced first window, at most */
+#define CWND_XFER_SEGS 44         /* an unpaced first window, at most (64 KB) */
 #define CWND_FREE_SEGS 0x7fffffff /* a clamp that clamps nothing */
 
 /* cwnd_set makes the socket's cwnd clamp segs (0: none), unless the clamp

@@ -247,6 +247,17 @@ struct hbm_sock {
 	__u32 syn_gated;   /* egress: 1 from the moment the handshake gate timed an
 	                    * active open's SYN (gate.h, gate_active) until that
 	                    * SYN, its first send, is refused */
+	__u32 room_segs;   /* egress: the unpaced first window its current transfer
+	                    * was given from its group's credit, segments (pacing.h,
+	                    * xfer_plan; 0: none): its cwnd clamp stays at least
+	                    * this until its next transfer is planned */
+	__u32 armed;       /* egress: 1 while its header-option callback waits for
+	                    * its owner's next write (pacing.h): from the moment it
+	                    * went idle, unpaced, or all its transfer wrote fitted
+	                    * in the room, until that write's first packet leaves */
+	__u32 xfer_seq;    /* egress: write_seq when that transfer was planned: its
+	                    * first byte (pacing.h, xfer_plan) */
+	__u32 pad;
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

@@ -11,15 +11,22 @@
  *
  * Transfers: a socket whose every written byte was acked is idle; it leaves
  * its groups' flow counts at once (share_depart), and so does a socket that
- * closes. Its cap becomes its share as a transfer (weight XFER_WEIGHT,
- * share.h), which the first packet of its next transfer, one TSO packet,
- * leaves at whatever the cap: TCP delays a paced socket's packet only by
- * the time the one before it took at the cap. Where its own group has
- * credit when it goes idle, the next transfer's first window, as much as
- * that credit holds for it (idle_room), leaves unpaced: TCP puts at most
- * half its cwnd in one packet (tcp_cwnd_test), so at the cap a 10 KB
- * request in a 100mbit group left in two packets, the second 0.3 ms later,
- * where an htb class with tokens sends it whole. Data plane v2 lifted an idle
+ * closes. Its cap is lifted and its header-option callback turned on
+ * (armed), so that its owner's next write reaches this program (from
+ * tcp_current_mss) before anything of it is queued: the transfer's first
+ * window is as much as its own group's credit holds for it then
+ * (xfer_plan) and leaves unpaced; with less room than its cwnd it is
+ * paced at its share as a transfer (weight XFER_WEIGHT, share.h) from its
+ * second packet on (xfer_begin), and from its first ACK on at its share,
+ * unless all it wrote fits in the room. TCP
+ * puts at most half its cwnd in one packet (tcp_cwnd_test) and delays a
+ * paced socket's packet by the time the one before it took at the cap, so
+ * at the cap a 10 KB request in a 100mbit group left in two packets, the
+ * second 0.3 ms later, where an htb class with tokens sends it whole. With
+ * the credit read when the socket went idle instead, right after its last
+ * transfer was charged, a 30 KB request in a 100mbit group had 14 of its
+ * 22 segments unpaced and the rest at the cap (P50 1.5 ms, now 0.12).
+ * Data plane v2 lifted an idle
  * socket's cap to 64 KB per millisecond for an "RPC class" at 7/8 of the
  * rate: a back-to-back 10 KB loop then took 168 of its group's 200 Mbit/s
  * and left 12 to a 1 MB loop beside it (1 MB P99 680 ms against htb's 97).
@@ -37,11 +44,9 @@
 #define TCP_CLOSE_STATE 7 /* TCP_CLOSE, the state a socket ends in */
 
 /* idle_room is what group (q, cfg) lets a socket's next transfer send
- * unpaced, bytes: the credit its queue holds (at most burst_ns), at the
- * rate in force, shared with the flows it counted in its last window, the
- * transfer weighing XFER_WEIGHT as there. Read when the socket goes idle,
- * right after its last transfer was charged: a lower bound of what the
- * group holds when the next one starts. Called with the queue locked. */
+ * unpaced, bytes: the credit its queue holds now (at most burst_ns), at the
+ * rate in force, shared with the flows it counts, the transfer weighing
+ * XFER_WEIGHT as there. Called with the queue locked. */
 static __always_inline __u64 idle_room(const struct hbm_queue *q, const struct hbm_config *cfg, __u64 now)
 {
 	__s64 credit = (__s64)(now - q->vtime_ns);
@@ -59,10 +64,41 @@ static __always_inline __u64 idle_room(const struct hbm_queue *q, const struct h
 
 /* depart leaves every group the socket is counted in (share.h,
  * share_depart; closed: for good): each level of its cgroup path with a
- * slot in s->seen, read from the socket's cgroup path (cgpath.h). Returns
- * the deepest such group's idle_room: what the socket's own group lets its
- * next transfer send at once (0 when closed). */
-static __always_inline __u64 depart(struct tcp_sock *tp, struct hbm_sock *s, int closed)
+ * slot in s->seen, read from the socket's cgroup path (cgpath.h). */
+static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int closed)
+{
+	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
+	struct hbm_queue *q;
+	struct cgroup *cg;
+	int level, i;
+
+	s->burst = 0;
+	cg = sk_cgroup((struct sock *)tp, &level);
+	if (!cg)
+		return;
+	for (i = 0; i < HBM_MAX_LEVELS; i++) {
+		if (i > level)
+			break;
+		if (!s->seen[i])
+			continue;
+		key.cgroup_id = cgroup_level_id(cg, level, i);
+		if (!key.cgroup_id)
+			break;
+		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+		if (!q) {
+			s->seen[i] = 0;
+			continue;
+		}
+		bpf_spin_lock(&q->lock);
+		share_depart(q, s, i, closed);
+		bpf_spin_unlock(&q->lock);
+	}
+}
+
+/* xfer_room is what the socket's own group (the deepest level it was
+ * counted in, s->seen) lets the transfer it is about to begin send at
+ * once, bytes (idle_room, read as the owner writes). */
+static __always_inline __u64 xfer_room(struct tcp_sock *tp, struct hbm_sock *s)
 {
 	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
 	const struct hbm_config *cfg;
@@ -71,7 +107,6 @@ static __always_inline __u64 depart(struct tcp_sock *tp, struct hbm_sock *s, int
 	__u64 now = bpf_ktime_get_ns(), room = 0;
 	int level, i;
 
-	s->burst = 0;
 	cg = sk_cgroup((struct sock *)tp, &level);
 	if (!cg)
 		return 0;
@@ -84,17 +119,30 @@ static __always_inline __u64 depart(struct tcp_sock *tp, struct hbm_sock *s, int
 		if (!key.cgroup_id)
 			break;
 		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
-		cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
-		if (!q) {
-			s->seen[i] = 0;
+		if (!q)
 			continue;
-		}
+		cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
+		if (!cfg)
+			continue;
 		bpf_spin_lock(&q->lock);
-		share_depart(q, s, i, closed);
-		room = cfg && !closed ? idle_room(q, cfg, now) : 0;
+		room = idle_room(q, cfg, now);
 		bpf_spin_unlock(&q->lock);
 	}
 	return room;
+}
+
+/* xfer_end ends the socket's transfer (everything it wrote was acked): its
+ * length sets how long its next stays one, and the first of its
+ * listener's next connection (share.h, xfer_time_next); it leaves its
+ * groups' flow counts (depart). */
+static __always_inline void xfer_end(struct bpf_sock_ops *skops, struct tcp_sock *tp, struct hbm_sock *s)
+{
+	struct hbm_listen *l = listen_entry(skops);
+
+	s->xfer_time = xfer_time_next((__u32)(bpf_ktime_get_ns() >> XFER_TIME_SHIFT) - s->xfer_start);
+	if (l && l->xfer_time != s->xfer_time)
+		l->xfer_time = s->xfer_time;
+	depart(tp, s, 0);
 }
 
 /* cwnd_fit is the cwnd clamp, in segments, that paces a socket capped at
@@ -125,13 +173,112 @@ static __always_inline __u32 cwnd_fit(struct tcp_sock *tp, __u64 cap)
 	return ms > 65535 ? 0 : (__u32)ms;
 }
 
+/* cwnd_floor is the cwnd clamp for a socket capped at cap: cwnd_fit, at
+ * least the first window its transfer was given (s->room_segs): a lower
+ * clamp would take the cwnd that window needs from the next transfer (TCP
+ * grows a cwnd only on ACKs, and the ACK that makes a socket idle is
+ * processed after this callback, the clamp applied to it). */
+static __always_inline __u32 cwnd_floor(struct tcp_sock *tp, struct hbm_sock *s, __u64 cap)
+{
+	__u32 segs = cwnd_fit(tp, cap);
+
+	return segs && segs < s->room_segs ? s->room_segs : segs;
+}
+
 /* pace applies cap to the socket: its pacing cap and the cwnd clamp that
- * goes with it (cwnd_fit). */
+ * goes with it (cwnd_floor). */
 static __always_inline void pace(struct bpf_sock_ops *skops, struct tcp_sock *tp, struct hbm_sock *s,
 				 __u64 cap)
 {
 	pace_set(skops, tp, s, cap);
-	cwnd_set(skops, tp, s, cwnd_fit(tp, cap));
+	cwnd_set(skops, tp, s, cwnd_floor(tp, s, cap));
+}
+
+/* hdr_cb_shared reports whether the receive-window assist (rxwin.h) wants
+ * the socket's header-option callbacks too, which it turns on when a
+ * connection of an ingress-limited group is established: the socket has
+ * its state (it received payload), or a level of its cgroup path has an
+ * ingress limit. The pacing assist then leaves the flag on when its own
+ * use of it ends. */
+static __always_inline int hdr_cb_shared(struct bpf_sock *sk, struct tcp_sock *tp)
+{
+	struct hbm_key key = { .dir = HBM_DIR_INGRESS };
+	struct cgroup *cg;
+	int level, i;
+
+	if (bpf_sk_storage_get(&hbm_rx_map, sk, 0, 0))
+		return 1;
+	cg = sk_cgroup((struct sock *)tp, &level);
+	if (!cg)
+		return 0;
+	for (i = 0; i < HBM_MAX_LEVELS; i++) {
+		if (i > level)
+			break;
+		key.cgroup_id = cgroup_level_id(cg, level, i);
+		if (!key.cgroup_id)
+			break;
+		if (bpf_map_lookup_elem(&hbm_limit_map, &key))
+			return 1;
+	}
+	return 0;
+}
+
+/* xfer_plan gives the transfer the socket's owner is about to begin (it
+ * writes after the socket went idle) its first window: as much as its own
+ * group's credit holds for it now (xfer_room), at most CWND_XFER_SEGS, to
+ * leave unpaced, the cwnd clamped to it (s->room_segs; 0: less room than
+ * CWND_MIN_SEGS, paced at its share as a transfer when it begins,
+ * xfer_begin). An htb class with tokens sends a whole packet of any size;
+ * TCP puts at most half its cwnd in one packet (tcp_cwnd_test) and, paced,
+ * sends the next one the first's time at the cap later.
+ *
+ * Called from tcp_current_mss while the socket is idle: first in the
+ * owner's write, before anything of it is queued, but also from TCP's own
+ * small-queue handler (tcp_tsq_write) when the server frees the last
+ * request's packets, right after the socket went idle: in one run of 30 KB
+ * requests that call gave half of them the credit left right after the
+ * last one was charged. So each call plans afresh, the write's call is the
+ * last, and the transfer takes the plan when its first packet leaves. */
+static __always_inline void xfer_plan(struct bpf_sock_ops *skops, struct tcp_sock *tp, struct hbm_sock *s)
+{
+	__u64 mss = tp->mss_cache ? tp->mss_cache : 1448, segs;
+
+	if (!s->want_Bps)
+		return; /* no limit (any more): nothing to apply */
+	segs = xfer_room(tp, s) / mss;
+	s->room_segs = segs < CWND_MIN_SEGS ? 0 : segs > CWND_XFER_SEGS ? CWND_XFER_SEGS : (__u32)segs;
+	s->xfer_seq = tp->write_seq;
+	cwnd_set(skops, tp, s, s->room_segs ? s->room_segs : cwnd_floor(tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps));
+}
+
+/* xfer_begin is the first packet of the transfer planned (xfer_plan)
+ * leaving: with room for less than the socket's cwnd, it is paced at its
+ * share as a transfer from its next packet on (the cwnd clamp lowers no
+ * cwnd before an ACK, so the cap bounds what goes beyond the room); else
+ * its first ACK paces it at its share (hbm_pace).
+ *
+ * The cap was lifted when the socket went idle (hbm_pace, armed), not in
+ * xfer_plan: lifting SO_MAX_PACING_RATE leaves the pacing rate TCP
+ * computed on its last ACK (sk_setsockopt lowers it to the cap, never
+ * raises it), and no ACK comes before the first window leaves; lowering
+ * acts at once. */
+static __always_inline void xfer_begin(struct bpf_sock_ops *skops, struct tcp_sock *tp, struct hbm_sock *s)
+{
+	s->armed = 0;
+	if (!s->want_Bps)
+		return;
+	if (s->room_segs < tp->snd_cwnd)
+		pace(skops, tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps);
+}
+
+/* arm turns on the socket's header-option callbacks, so that its owner's
+ * next write plans its first window (xfer_plan, from tcp_current_mss)
+ * before anything of it is queued. Returns 1 if they are on. */
+static __always_inline int arm(struct bpf_sock_ops *skops)
+{
+	int flags = skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG;
+
+	return bpf_sock_ops_cb_flags_set(skops, flags) == 0;
 }
 
 /* xfer_time_first is how long a connection's first transfer stays one: as
@@ -149,6 +296,7 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	struct hbm_sock *s;
 	struct tcp_sock *tp;
 	struct bpf_sock *sk;
+	__u64 cap;
 
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
@@ -177,6 +325,10 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 		break;
 	case BPF_SOCK_OPS_RTT_CB:
 		break;
+	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
+		/* While armed (below): from tcp_current_mss (xfer_plan) and
+		 * for every packet the socket sends, pure ACKs too. */
+		break;
 	default:
 		return 1;
 	}
@@ -194,35 +346,64 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 			depart(tp, s, 1);
 		return 1;
 	}
+	if (skops->op == BPF_SOCK_OPS_HDR_OPT_LEN_CB) {
+		if (!s->armed)
+			return 1; /* the window assist's (rxwin.h) */
+		if (tp_idle(tp)) {
+			/* Nothing unacked, nothing queued: a pure ACK, or
+			 * a write may begin. The transfer before it ends
+			 * here if its last ACK came without a callback. */
+			if (skops->args[0] == BPF_WRITE_HDR_TCP_CURRENT_MSS) {
+				if (s->burst)
+					xfer_end(skops, tp, s);
+				xfer_plan(skops, tp, s);
+			}
+			return 1;
+		}
+		/* Its owner wrote: the transfer's first packet leaves. The
+		 * callbacks go off, unless the window assist wants them. */
+		xfer_begin(skops, tp, s);
+		if (!hdr_cb_shared(sk, tp))
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags &
+								 ~BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+		return 1;
+	}
 	if (!s->xfer_time)
 		s->xfer_time = xfer_time_first(skops);
 	if (tp_idle(tp)) {
-		__u64 room = 0;
-
 		if (s->burst) {
-			struct hbm_listen *l = listen_entry(skops);
-
-			/* The transfer ends: its length sets the next's, and
-			 * the first of its listener's next connection. */
-			s->xfer_time = xfer_time_next((__u32)(bpf_ktime_get_ns() >> XFER_TIME_SHIFT) -
-						      s->xfer_start);
-			if (l && l->xfer_time != s->xfer_time)
-				l->xfer_time = s->xfer_time;
-			room = depart(tp, s, 0);
+			xfer_end(skops, tp, s);
+			/* Its next transfer's first window comes from its
+			 * group's credit when it begins (xfer_plan): the
+			 * credit now, right after this transfer was charged,
+			 * is the least it will be. */
+			s->armed = s->want_Bps && arm(skops);
 		}
-		if (s->want_Bps && room >= (__u64)CWND_MIN_SEGS * tp->mss_cache) {
-			/* Its group has room: the next transfer's first
-			 * window, at most the room, leaves unpaced (an htb
-			 * class with tokens sends a whole packet, of any
-			 * size), and its first ACK paces it at its share
-			 * again (below). */
-			__u64 segs = room / tp->mss_cache;
-
+		cap = s->xfer_Bps ? s->xfer_Bps : s->want_Bps;
+		if (s->armed) {
+			/* Unpaced until the write, which paces it again if
+			 * its group has no room then; its cwnd clamp as
+			 * paced, which bounds what a write that comes
+			 * without the callback sends before its first ACK. */
 			pace_set(skops, tp, s, PACE_MAX_BPS);
-			cwnd_set(skops, tp, s, segs > CWND_XFER_SEGS ? CWND_XFER_SEGS : (__u32)segs);
+			cwnd_set(skops, tp, s, cwnd_floor(tp, s, cap));
 			return 1;
 		}
-		pace(skops, tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps);
+		pace(skops, tp, s, cap);
+		return 1;
+	}
+	/* In a transfer: paced at its share from its first ACK on, unless
+	 * all its owner wrote fits in the first window it was given. Then
+	 * nothing of it is left to pace, and a cap lowered now would pace
+	 * the next transfer's first window at its share: TCP computes the
+	 * pacing rate on ACKs, and the ACK that ends a transfer can come
+	 * without this callback (seen with 30 KB requests at 100mbit: a 6
+	 * KB tail waited 1 ms, in one transfer of ten). So the next write
+	 * is watched for from here on (armed), and ends this transfer
+	 * itself if that ACK's callback does not come. */
+	if (s->room_segs && tp->write_seq - s->xfer_seq <= s->room_segs * tp->mss_cache) {
+		if (!s->armed)
+			s->armed = arm(skops);
 		return 1;
 	}
 	pace(skops, tp, s, s->want_Bps);

@@ -78,6 +78,8 @@ static __always_inline int hbm_walk(struct bpf_iter__tcp *ctx)
 		return 0;
 	s->want_Bps = 0;
 	s->burst = 0;
+	s->room_segs = 0;
+	s->armed = 0;
 	w->changed += pace_set(tp, tp, s, 0) | cwnd_set(tp, tp, s, 0);
 	return 0;
 }

@@ -11,17 +11,20 @@ import (
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
-// TestEgressSparseRPC: a group well under its limit sends a 10 KB request
-// as fast as without HBM, as under htb, whose class with tokens sends a
-// whole packet of any size (bpf/include/pacing.h, idle_room). sockperf (a
-// real client, from Debian) pings 10 KB messages 200 times a second from a
-// group limited to 100mbit, a sixth of its rate: before an idle socket's
-// next transfer could use its group's credit, TCP sent each message in two
-// packets paced at the group's rate, 4-5x the round trip without a limit
-// (P50 310-370 us against 70-80); now 1.0-1.2x. Also fails a limiter that
-// lets the group escape its limit at this load (it cannot) or one whose
-// caps never reach the socket (then both P50s are alike and the bound
-// holds: the other tests catch that).
+// TestEgressSparseRPC: a group well under its limit sends a 10 KB or 30 KB
+// request as fast as without HBM, as under htb, whose class with tokens
+// sends a whole packet of any size (bpf/include/pacing.h, xfer_begin).
+// sockperf (a real client, from Debian) pings messages 200 times a second
+// from a group limited to 100mbit (a sixth and a half of its rate). Before
+// an idle socket's next transfer could use its group's credit, TCP sent a
+// 10 KB message in two packets paced at the group's rate, 4-5x the round
+// trip without a limit (P50 310-370 us against 70-80); while the credit
+// was read when the socket went idle, right after its last message was
+// charged, a 30 KB message got a third of it unpaced and the rest at the
+// group's rate (P50 1.5 ms against 0.1; htb's 1.5 ms). Also fails a
+// limiter that lets the group escape its limit at this load (it cannot)
+// or one whose caps never reach the socket (then both P50s are alike and
+// the bound holds: the other tests catch that).
 func TestEgressSparseRPC(t *testing.T) {
 	testutil.RequireCommand(t, "sockperf")
 	l := egSetup(t, "egsparse")
@@ -40,10 +43,10 @@ func TestEgressSparseRPC(t *testing.T) {
 	if !strings.Contains(out.String(), "listen on") {
 		t.Fatalf("sockperf server not ready after 10s: %s", out.String())
 	}
-	ping := func(what string) float64 {
+	ping := func(what, size string) float64 {
 		t.Helper()
 		p := l.tb.Command(netlab.Sender, dir, "sockperf", "ping-pong", "--tcp", "-i", l.tb.ReceiverIP4.String(),
-			"-p", port, "-m", "10240", "--mps", "200", "-t", "4", "--full-rtt")
+			"-p", port, "-m", size, "--mps", "200", "-t", "4", "--full-rtt")
 		var b netlab.Buffer
 		p.Cmd.Stdout, p.Cmd.Stderr = &b, &b
 		if err := p.Start(); err != nil {
@@ -51,23 +54,44 @@ func TestEgressSparseRPC(t *testing.T) {
 		}
 		t.Cleanup(p.Kill)
 		if err := p.WaitTimeout(30 * time.Second); err != nil {
-			t.Fatalf("sockperf ping-pong (%s): %v: %s", what, err, b.String())
+			t.Fatalf("sockperf ping-pong (%s, %s bytes): %v: %s", what, size, err, b.String())
 		}
 		p50, p99, n := sockperfRTT(b.String())
 		if n < 300 {
-			t.Fatalf("sockperf ping-pong (%s): %d round trips in its window, want >= 300: %s", what, n, b.String())
+			t.Fatalf("sockperf ping-pong (%s, %s bytes): %d round trips in its window, want >= 300: %s", what, size, n, b.String())
 		}
-		t.Logf("%s: 10 KB round trip P50 %.0f us, P99 %.0f us (%d)", what, p50, p99, n)
+		t.Logf("%s: %s-byte round trip P50 %.0f us, P99 %.0f us (%d)", what, size, p50, p99, n)
 		return p50
 	}
 	// Without a limit first, then limited: the mean of two each, so a
-	// moment of CPU contention on a shared machine moves neither.
-	none := mean2(ping("no limit"), ping("no limit"))
+	// moment of CPU contention on a shared machine moves neither. Both
+	// cubic (which TCP paces at the rate it computed on its last ACK) and
+	// bbr (its own model), set on the client's route.
+	type cell struct{ cc, size string }
+	var cells []cell
+	for _, cc := range []string{"cubic", "bbr"} {
+		for _, size := range []string{"10240", "30720"} {
+			cells = append(cells, cell{cc, size})
+		}
+	}
+	none := map[cell]float64{}
+	for _, c := range cells {
+		if err := l.tb.RouteCC(netlab.Sender, c.cc); err != nil {
+			t.Fatal(err)
+		}
+		none[c] = mean2(ping("no limit, "+c.cc, c.size), ping("no limit, "+c.cc, c.size))
+	}
 	l.set(t, group, "100mbit")
 	defer l.unset(t, group)
-	with := mean2(ping("100mbit"), ping("100mbit"))
-	if with > 2*none+50 {
-		t.Errorf("10 KB round trip P50 %.0f us in a 100mbit group at a sixth of its rate, %.0f us without a limit: want at most 2x + 50 us", with, none)
+	for _, c := range cells {
+		if err := l.tb.RouteCC(netlab.Sender, c.cc); err != nil {
+			t.Fatal(err)
+		}
+		with := mean2(ping("100mbit, "+c.cc, c.size), ping("100mbit, "+c.cc, c.size))
+		if with > 2*none[c]+50 {
+			t.Errorf("%s, %s-byte round trip P50 %.0f us in a 100mbit group well under its rate, %.0f us without a limit: want at most 2x + 50 us",
+				c.cc, c.size, with, none[c])
+		}
 	}
 }
 

@@ -167,6 +167,10 @@ type rxfreshHbmSock struct {
 	XferTime     uint32
 	GateOpen     uint32
 	SynGated     uint32
+	RoomSegs     uint32
+	Armed        uint32
+	XferSeq      uint32
+	Pad          uint32
 	_            [4]byte
 }
 
