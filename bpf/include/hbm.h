@@ -251,9 +251,9 @@ struct hbm_sock {
 	                    * was given from its group's credit, segments (pacing.h,
 	                    * xfer_plan; 0: none): its cwnd clamp stays at least
 	                    * this until its next transfer is planned */
-	__u32 armed;       /* egress: 1 while its header-option callback waits for
-	                    * its owner's next write (pacing.h): from the moment it
-	                    * went idle, unpaced, or all its transfer wrote fitted
+	__u32 armed;       /* egress: while its header-option callback waits for its
+	                    * owner's next write (pacing.h, ARMED_*): from the moment
+	                    * it went idle, unpaced, or all its transfer wrote fitted
 	                    * in the room, until that write's first packet leaves */
 	__u32 xfer_seq;    /* egress: write_seq when that transfer was planned: its
 	                    * first byte (pacing.h, xfer_plan) */

@@ -271,6 +271,13 @@ static __always_inline void xfer_begin(struct bpf_sock_ops *skops, struct tcp_so
 		pace(skops, tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps);
 }
 
+/* hbm_sock.armed: why its header-option callbacks are on (0: they are not,
+ * or only for the window assist). */
+#define ARMED_IDLE  1 /* idle: the next write plans its transfer (xfer_plan) */
+#define ARMED_WATCH 2 /* a transfer that fits its room is under way: the
+		       * write after it ends it if its last ACK comes without
+		       * a callback (xfer_end) */
+
 /* arm turns on the socket's header-option callbacks, so that its owner's
  * next write plans its first window (xfer_plan, from tcp_current_mss)
  * before anything of it is queued. Returns 1 if they are on. */
@@ -357,9 +364,12 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 				if (s->burst)
 					xfer_end(skops, tp, s);
 				xfer_plan(skops, tp, s);
+				s->armed = ARMED_IDLE;
 			}
 			return 1;
 		}
+		if (s->armed == ARMED_WATCH)
+			return 1; /* the transfer it watches still sends */
 		/* Its owner wrote: the transfer's first packet leaves. The
 		 * callbacks go off, unless the window assist wants them. */
 		xfer_begin(skops, tp, s);
@@ -377,7 +387,7 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 			 * group's credit when it begins (xfer_plan): the
 			 * credit now, right after this transfer was charged,
 			 * is the least it will be. */
-			s->armed = s->want_Bps && arm(skops);
+			s->armed = s->want_Bps && arm(skops) ? ARMED_IDLE : 0;
 		}
 		cap = s->xfer_Bps ? s->xfer_Bps : s->want_Bps;
 		if (s->armed) {
@@ -402,8 +412,8 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	 * is watched for from here on (armed), and ends this transfer
 	 * itself if that ACK's callback does not come. */
 	if (s->room_segs && tp->write_seq - s->xfer_seq <= s->room_segs * tp->mss_cache) {
-		if (!s->armed)
-			s->armed = arm(skops);
+		if (!s->armed && arm(skops))
+			s->armed = ARMED_WATCH;
 		return 1;
 	}
 	pace(skops, tp, s, s->want_Bps);
