@@ -133,7 +133,10 @@ struct hbm_queue {
 	                    * ingress: RPC bursts, rxfresh.h) */
 	__u64 fresh_Bps;   /* ... as a rate, smoothed: what the paced flows leave to them */
 	__u64 fresh_vt_ns; /* ingress: the group's RPC budget (policy.h, fresh_budget):
-	                    * ahead of now while fresh bursts take more */
+	                    * ahead of now while fresh bursts take more; egress:
+	                    * where vtime_ns will be once the first windows planned
+	                    * from the queue's credit and not yet sent have left
+	                    * (pacing.h, room_reserve) */
 	__u64 share_mul;   /* share_Bps over the fair share, 16-bit fixed point
 	                    * (share.h; 0: not yet computed) */
 	__u32 pkt_max_now; /* largest TCP packet (wire bytes, all segments) in the
@@ -258,6 +261,11 @@ struct hbm_sock {
 	__u32 xfer_seq;    /* egress: write_seq when that transfer was planned: its
 	                    * first byte (pacing.h, xfer_plan) */
 	__u32 pad;
+	__u64 plan_vt_ns;  /* egress: the queue's fresh_vt_ns right after this
+	                    * socket's plan was reserved in it ... */
+	__u64 plan_ns;     /* ... and how much it reserved, ns at the rate (0: no
+	                    * plan waiting for its first packet; pacing.h,
+	                    * xfer_room) */
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

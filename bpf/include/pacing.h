@@ -44,22 +44,59 @@
 #define TCP_CLOSE_STATE 7 /* TCP_CLOSE, the state a socket ends in */
 
 /* idle_room is what group (q, cfg) lets a socket's next transfer send
- * unpaced, bytes: the credit its queue holds now (at most burst_ns), at the
- * rate in force, shared with the flows it counts, the transfer weighing
- * XFER_WEIGHT as there. Called with the queue locked. */
-static __always_inline __u64 idle_room(const struct hbm_queue *q, const struct hbm_config *cfg, __u64 now)
+ * unpaced, bytes: the credit its queue holds now (at most burst_ns) after
+ * the first windows already planned from it and not yet sent (fresh_vt_ns,
+ * room_reserve), at the rate in force, shared with the flows it counts,
+ * the transfer weighing XFER_WEIGHT as there. The socket's own plan, if it
+ * is the last one reserved, is returned first: TCP also asks for a plan
+ * right after the socket went idle, and its owner's write plans again
+ * (xfer_plan). Called with the queue locked. */
+static __always_inline __u64 idle_room(struct hbm_queue *q, const struct hbm_config *cfg, struct hbm_sock *s,
+				       __u64 now)
 {
-	__s64 credit = (__s64)(now - q->vtime_ns);
-	__u64 rate = q->eff_bps && q->eff_base_bps == cfg->rate_bps ? q->eff_bps : cfg->rate_bps, bytes;
+	__u64 base = q->vtime_ns, floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0, bytes;
+	__s64 credit;
 
+	rate_sync(q, cfg);
+	if (s->plan_ns && q->fresh_vt_ns == s->plan_vt_ns)
+		q->fresh_vt_ns -= s->plan_ns;
+	s->plan_ns = 0;
+	if ((__s64)(q->fresh_vt_ns - base) > 0)
+		base = q->fresh_vt_ns;
+	if ((__s64)(floor - base) > 0)
+		base = floor;
+	credit = (__s64)(now - base);
 	if (credit <= 0)
 		return 0;
-	if ((__u64)credit > cfg->burst_ns)
-		credit = (__s64)cfg->burst_ns;
 	/* credit <= burst_ns < 2^42 ns (an hour, rate.Validate) and rate <
 	 * 2^39 bits/s: us x bytes per ms < 2^59. */
-	bytes = (__u64)credit / 1000 * (rate / 8000) / 1000;
+	bytes = (__u64)credit / 1000 * (rate_bps(q, cfg) / 8000) / 1000;
 	return bytes * XFER_WEIGHT / (q->flows + XFER_WEIGHT);
+}
+
+/* room_reserve reserves a first window of payload bytes (wire bytes at
+ * the queue's payload ratio) in the group's credit (queue locked): it
+ * moves fresh_vt_ns (egress) as the window's packets will move vtime_ns when they
+ * leave, so once they have the two agree and nothing is counted twice; a
+ * plan never sent lapses as time passes it. Without it 64 keep-alive
+ * connections waking together each read the same credit, and their first
+ * windows overran the queue's bound and were refused (100 KB responses at
+ * 200mbit: none to 45 packets a run, retransmitted). */
+static __always_inline void room_reserve(struct hbm_queue *q, const struct hbm_config *cfg, struct hbm_sock *s,
+					 __u64 now, __u64 bytes)
+{
+	__u64 base = q->vtime_ns, floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0;
+
+	if (!bytes)
+		return;
+	bytes = bytes * 65536 / (q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT);
+	if ((__s64)(q->fresh_vt_ns - base) > 0)
+		base = q->fresh_vt_ns;
+	if ((__s64)(floor - base) > 0)
+		base = floor;
+	s->plan_ns = cost_ns_bytes(q, cfg, bytes);
+	q->fresh_vt_ns = base + s->plan_ns;
+	s->plan_vt_ns = q->fresh_vt_ns;
 }
 
 /* depart leaves every group the socket is counted in (share.h,
@@ -95,29 +132,34 @@ static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int 
 	}
 }
 
-/* xfer_room is what the socket's own group (the deepest level it was
- * counted in, s->seen) lets the transfer it is about to begin send at
- * once, bytes (idle_room, read as the owner writes). */
-static __always_inline __u64 xfer_room(struct tcp_sock *tp, struct hbm_sock *s)
+/* xfer_room is the first window, segments of mss bytes, that the
+ * socket's own group (the deepest level it was counted in, s->seen, with a
+ * limit) lets the transfer it is about to begin send at once: what its
+ * credit holds for it (idle_room, read as the owner writes), at most
+ * CWND_XFER_SEGS, 0 below CWND_MIN_SEGS; reserved in the group's queue
+ * (room_reserve). */
+static __always_inline __u32 xfer_room(struct tcp_sock *tp, struct hbm_sock *s, __u64 mss)
 {
 	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
 	const struct hbm_config *cfg;
 	struct hbm_queue *q;
 	struct cgroup *cg;
-	__u64 now = bpf_ktime_get_ns(), room = 0;
-	int level, i;
+	__u64 now = bpf_ktime_get_ns(), segs;
+	int level, top, i, j;
 
 	cg = sk_cgroup((struct sock *)tp, &level);
 	if (!cg)
 		return 0;
-	for (i = 0; i < HBM_MAX_LEVELS; i++) {
-		if (i > level)
+	top = level < HBM_MAX_LEVELS ? level : HBM_MAX_LEVELS - 1;
+	for (j = 0; j < HBM_MAX_LEVELS; j++) {
+		if (top - j < 0)
 			break;
+		i = (top - j) & (HBM_MAX_LEVELS - 1); /* the verifier's bound */
 		if (!s->seen[i])
 			continue;
 		key.cgroup_id = cgroup_level_id(cg, level, i);
 		if (!key.cgroup_id)
-			break;
+			continue;
 		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 		if (!q)
 			continue;
@@ -125,10 +167,13 @@ static __always_inline __u64 xfer_room(struct tcp_sock *tp, struct hbm_sock *s)
 		if (!cfg)
 			continue;
 		bpf_spin_lock(&q->lock);
-		room = idle_room(q, cfg, now);
+		segs = idle_room(q, cfg, s, now) / mss;
+		segs = segs < CWND_MIN_SEGS ? 0 : segs > CWND_XFER_SEGS ? CWND_XFER_SEGS : segs;
+		room_reserve(q, cfg, s, now, segs * mss);
 		bpf_spin_unlock(&q->lock);
+		return (__u32)segs;
 	}
-	return room;
+	return 0;
 }
 
 /* xfer_end ends the socket's transfer (everything it wrote was acked): its
@@ -241,12 +286,11 @@ static __always_inline int hdr_cb_shared(struct bpf_sock *sk, struct tcp_sock *t
  * last, and the transfer takes the plan when its first packet leaves. */
 static __always_inline void xfer_plan(struct bpf_sock_ops *skops, struct tcp_sock *tp, struct hbm_sock *s)
 {
-	__u64 mss = tp->mss_cache ? tp->mss_cache : 1448, segs;
+	__u64 mss = tp->mss_cache ? tp->mss_cache : 1448;
 
 	if (!s->want_Bps)
 		return; /* no limit (any more): nothing to apply */
-	segs = xfer_room(tp, s) / mss;
-	s->room_segs = segs < CWND_MIN_SEGS ? 0 : segs > CWND_XFER_SEGS ? CWND_XFER_SEGS : (__u32)segs;
+	s->room_segs = xfer_room(tp, s, mss);
 	s->xfer_seq = tp->write_seq;
 	cwnd_set(skops, tp, s, s->room_segs ? s->room_segs : cwnd_floor(tp, s, s->xfer_Bps ? s->xfer_Bps : s->want_Bps));
 }
@@ -265,6 +309,7 @@ static __always_inline void xfer_plan(struct bpf_sock_ops *skops, struct tcp_soc
 static __always_inline void xfer_begin(struct bpf_sock_ops *skops, struct tcp_sock *tp, struct hbm_sock *s)
 {
 	s->armed = 0;
+	s->plan_ns = 0; /* its packets now charge what it reserved */
 	if (!s->want_Bps)
 		return;
 	if (s->room_segs < tp->snd_cwnd)

@@ -180,6 +180,8 @@ type hbmHbmSock struct {
 	XferSeq      uint32
 	Pad          uint32
 	_            [4]byte
+	PlanVtNs     uint64
+	PlanNs       uint64
 }
 
 type hbmHbmStats struct {

@@ -172,6 +172,8 @@ type rxfreshHbmSock struct {
 	XferSeq      uint32
 	Pad          uint32
 	_            [4]byte
+	PlanVtNs     uint64
+	PlanNs       uint64
 }
 
 type rxfreshHbmWalk struct {
