@@ -40,64 +40,9 @@
 #include "cgpath.h"
 #include "gate.h"
 #include "policy.h"
+#include "room.h"
 
 #define TCP_CLOSE_STATE 7 /* TCP_CLOSE, the state a socket ends in */
-
-/* idle_room is what group (q, cfg) lets a socket's next transfer send
- * unpaced, bytes: the credit its queue holds now (at most burst_ns) after
- * the first windows already planned from it and not yet sent (fresh_vt_ns,
- * room_reserve), at the rate in force, shared with the flows it counts,
- * the transfer weighing XFER_WEIGHT as there. The socket's own plan, if it
- * is the last one reserved, is returned first: TCP also asks for a plan
- * right after the socket went idle, and its owner's write plans again
- * (xfer_plan). Called with the queue locked. */
-static __always_inline __u64 idle_room(struct hbm_queue *q, const struct hbm_config *cfg, struct hbm_sock *s,
-				       __u64 now)
-{
-	__u64 base = q->vtime_ns, floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0, bytes;
-	__s64 credit;
-
-	rate_sync(q, cfg);
-	if (s->plan_ns && q->fresh_vt_ns == s->plan_vt_ns)
-		q->fresh_vt_ns -= s->plan_ns;
-	s->plan_ns = 0;
-	if ((__s64)(q->fresh_vt_ns - base) > 0)
-		base = q->fresh_vt_ns;
-	if ((__s64)(floor - base) > 0)
-		base = floor;
-	credit = (__s64)(now - base);
-	if (credit <= 0)
-		return 0;
-	/* credit <= burst_ns < 2^42 ns (an hour, rate.Validate) and rate <
-	 * 2^39 bits/s: us x bytes per ms < 2^59. */
-	bytes = (__u64)credit / 1000 * (rate_bps(q, cfg) / 8000) / 1000;
-	return bytes * XFER_WEIGHT / (q->flows + XFER_WEIGHT);
-}
-
-/* room_reserve reserves a first window of payload bytes (wire bytes at
- * the queue's payload ratio) in the group's credit (queue locked): it
- * moves fresh_vt_ns (egress) as the window's packets will move vtime_ns when they
- * leave, so once they have the two agree and nothing is counted twice; a
- * plan never sent lapses as time passes it. Without it 64 keep-alive
- * connections waking together each read the same credit, and their first
- * windows overran the queue's bound and were refused (100 KB responses at
- * 200mbit: none to 45 packets a run, retransmitted). */
-static __always_inline void room_reserve(struct hbm_queue *q, const struct hbm_config *cfg, struct hbm_sock *s,
-					 __u64 now, __u64 bytes)
-{
-	__u64 base = q->vtime_ns, floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0;
-
-	if (!bytes)
-		return;
-	bytes = bytes * 65536 / (q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT);
-	if ((__s64)(q->fresh_vt_ns - base) > 0)
-		base = q->fresh_vt_ns;
-	if ((__s64)(floor - base) > 0)
-		base = floor;
-	s->plan_ns = cost_ns_bytes(q, cfg, bytes);
-	q->fresh_vt_ns = base + s->plan_ns;
-	s->plan_vt_ns = q->fresh_vt_ns;
-}
 
 /* depart leaves every group the socket is counted in (share.h,
  * share_depart; closed: for good): each level of its cgroup path with a
@@ -134,18 +79,17 @@ static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int 
 
 /* xfer_room is the first window, segments of mss bytes, that the
  * socket's own group (the deepest level it was counted in, s->seen, with a
- * limit) lets the transfer it is about to begin send at once: what its
- * credit holds for it (idle_room, read as the owner writes), at most
- * CWND_XFER_SEGS, 0 below CWND_MIN_SEGS; reserved in the group's queue
- * (room_reserve). */
+ * limit) gives the transfer it is about to begin (room.h, room_plan, read
+ * as the owner writes). */
 static __always_inline __u32 xfer_room(struct tcp_sock *tp, struct hbm_sock *s, __u64 mss)
 {
 	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
 	const struct hbm_config *cfg;
 	struct hbm_queue *q;
 	struct cgroup *cg;
-	__u64 now = bpf_ktime_get_ns(), segs;
+	__u64 now = bpf_ktime_get_ns();
 	int level, top, i, j;
+	__u32 segs;
 
 	cg = sk_cgroup((struct sock *)tp, &level);
 	if (!cg)
@@ -167,11 +111,9 @@ static __always_inline __u32 xfer_room(struct tcp_sock *tp, struct hbm_sock *s, 
 		if (!cfg)
 			continue;
 		bpf_spin_lock(&q->lock);
-		segs = idle_room(q, cfg, s, now) / mss;
-		segs = segs < CWND_MIN_SEGS ? 0 : segs > CWND_XFER_SEGS ? CWND_XFER_SEGS : segs;
-		room_reserve(q, cfg, s, now, segs * mss);
+		segs = room_plan(q, cfg, s, now, mss);
 		bpf_spin_unlock(&q->lock);
-		return (__u32)segs;
+		return segs;
 	}
 	return 0;
 }
@@ -282,8 +224,10 @@ static __always_inline int hdr_cb_shared(struct bpf_sock *sk, struct tcp_sock *t
  * small-queue handler (tcp_tsq_write) when the server frees the last
  * request's packets, right after the socket went idle: in one run of 30 KB
  * requests that call gave half of them the credit left right after the
- * last one was charged. So each call plans afresh, the write's call is the
- * last, and the transfer takes the plan when its first packet leaves. */
+ * last one was charged. So each call plans afresh (its own plan, if the
+ * last one reserved, returned to the credit first: room.h), the write's
+ * call is the last, and the transfer takes the plan when its first packet
+ * leaves. */
 static __always_inline void xfer_plan(struct bpf_sock_ops *skops, struct tcp_sock *tp, struct hbm_sock *s)
 {
 	__u64 mss = tp->mss_cache ? tp->mss_cache : 1448;

@@ -8,13 +8,15 @@
  * writes the decisions back. learn_run is what a packet's verdict leaves
  * in its socket's state for both assists (policy.h, verdict_learn);
  * held_run whether an egress packet may be refused at all (flow_held);
- * step_run one step of a group's share loop (share.h, share_step). */
+ * step_run one step of a group's share loop (share.h, share_step);
+ * room_run the room a transfer's first window is given (room.h). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "hbm.h"
 #include "rxfresh.h"
 #include "rxwin.h"
+#include "room.h"
 
 struct rxfresh_case {
 	struct hbm_sock s; /* in and out: the socket's ingress state */
@@ -159,6 +161,99 @@ SEC("syscall")
 int step_run(struct step_case *c)
 {
 	c->out_m = share_step(c->m, c->ratio, c->egress);
+	return 0;
+}
+
+/* room_run: one step on a group's queue and two sockets kept in maps
+ * between runs (a queue has a spin lock, which only a map value may hold). */
+#define ROOM_RESET  0 /* the queue: vtime_ns, fresh_vt_ns and flows as given; the sockets: no plan */
+#define ROOM_PLAN   1 /* socket sock plans its transfer's first window at now (room_plan) */
+#define ROOM_CHARGE 2 /* the window socket sock planned leaves: charged to the queue as the policer does */
+
+struct room_case {
+	__u64 now_ns;      /* in: the clock */
+	__u64 rate_bps;    /* in: the group's rate ... */
+	__u64 ns_per_byte; /* in: ... a byte's time at it, whole ns ... */
+	__u32 frac;        /* in: ... plus this many 2^-32 ns */
+	__u32 op;          /* in: ROOM_* */
+	__u64 burst_ns;    /* in: the group's burst */
+	__u64 vtime_ns;    /* in (reset) and out: the queue's vtime_ns */
+	__u64 plan_vt_ns;  /* in (reset) and out: its fresh_vt_ns, the plans' end */
+	__u32 flows;       /* in (reset): its flow count */
+	__u32 sock;        /* in: which socket, 0 or 1 */
+	__u32 mss;         /* in: the socket's mss */
+	__u32 segs;        /* out (plan): the window planned, segments */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hbm_queue);
+} room_queue SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct hbm_sock);
+} room_socks SEC(".maps");
+
+SEC("syscall")
+int room_run(struct room_case *c)
+{
+	struct hbm_config cfg = {};
+	__u32 zero = 0, idx = c->sock & 1, segs, frac;
+	__u64 now = c->now_ns, mss = c->mss, wire;
+	struct hbm_queue *q = bpf_map_lookup_elem(&room_queue, &zero);
+	struct hbm_sock *s = bpf_map_lookup_elem(&room_socks, &idx), *o;
+
+	if (!q || !s)
+		return 1;
+	cfg.rate_bps = c->rate_bps;
+	cfg.ns_per_byte = c->ns_per_byte;
+	cfg.ns_per_byte_frac = c->frac;
+	cfg.burst_ns = c->burst_ns;
+	switch (c->op) {
+	case ROOM_RESET:
+		idx ^= 1;
+		o = bpf_map_lookup_elem(&room_socks, &idx);
+		if (!o)
+			return 1;
+		s->plan_ns = s->plan_vt_ns = s->room_segs = 0;
+		o->plan_ns = o->plan_vt_ns = o->room_segs = 0;
+		bpf_spin_lock(&q->lock);
+		q->vtime_ns = c->vtime_ns;
+		q->fresh_vt_ns = c->plan_vt_ns;
+		q->flows = c->flows;
+		q->frac = 0;
+		q->eff_bps = 0;
+		bpf_spin_unlock(&q->lock);
+		break;
+	case ROOM_PLAN:
+		bpf_spin_lock(&q->lock);
+		segs = room_plan(q, &cfg, s, now, mss);
+		bpf_spin_unlock(&q->lock);
+		s->room_segs = segs;
+		c->segs = segs;
+		break;
+	case ROOM_CHARGE:
+		/* As police_level: clamp, then each full segment's wire bytes. */
+		wire = (__u64)s->room_segs * (mss + 52);
+		s->plan_ns = 0; /* xfer_begin */
+		bpf_spin_lock(&q->lock);
+		rate_sync(q, &cfg);
+		vq_clamp(q, &cfg, now);
+		frac = q->frac;
+		q->vtime_ns += cost_ns(q, &cfg, wire, &frac);
+		q->frac = frac;
+		bpf_spin_unlock(&q->lock);
+		break;
+	}
+	bpf_spin_lock(&q->lock);
+	c->vtime_ns = q->vtime_ns;
+	c->plan_vt_ns = q->fresh_vt_ns;
+	bpf_spin_unlock(&q->lock);
 	return 0;
 }
 

@@ -207,6 +207,22 @@ type rxfreshLearnCase struct {
 	OutXferBps  uint64
 }
 
+type rxfreshRoomCase struct {
+	_         structs.HostLayout
+	NowNs     uint64
+	RateBps   uint64
+	NsPerByte uint64
+	Frac      uint32
+	Op        uint32
+	BurstNs   uint64
+	VtimeNs   uint64
+	PlanVtNs  uint64
+	Flows     uint32
+	Sock      uint32
+	Mss       uint32
+	Segs      uint32
+}
+
 type rxfreshRxdescendCase struct {
 	_     structs.HostLayout
 	Win   uint64
@@ -260,8 +276,11 @@ const (
 	rxfreshMapHbmQueueMap   = "hbm_queue_map"
 	rxfreshMapHbmRxMap      = "hbm_rx_map"
 	rxfreshMapHbmWalkMap    = "hbm_walk_map"
+	rxfreshMapRoomQueue     = "room_queue"
+	rxfreshMapRoomSocks     = "room_socks"
 	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
+	rxfreshProgRoomRun      = "room_run"
 	rxfreshProgRxdescendRun = "rxdescend_run"
 	rxfreshProgRxfreshRun   = "rxfresh_run"
 	rxfreshProgRxwinRun     = "rxwin_run"
@@ -312,6 +331,7 @@ type rxfreshSpecs struct {
 type rxfreshProgramSpecs struct {
 	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
+	RoomRun      *ebpf.ProgramSpec `ebpf:"room_run"`
 	RxdescendRun *ebpf.ProgramSpec `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
 	RxwinRun     *ebpf.ProgramSpec `ebpf:"rxwin_run"`
@@ -331,6 +351,8 @@ type rxfreshMapSpecs struct {
 	HbmQueueMap  *ebpf.MapSpec `ebpf:"hbm_queue_map"`
 	HbmRxMap     *ebpf.MapSpec `ebpf:"hbm_rx_map"`
 	HbmWalkMap   *ebpf.MapSpec `ebpf:"hbm_walk_map"`
+	RoomQueue    *ebpf.MapSpec `ebpf:"room_queue"`
+	RoomSocks    *ebpf.MapSpec `ebpf:"room_socks"`
 }
 
 // rxfreshVariableSpecs contains global variables before they are loaded into the kernel.
@@ -368,6 +390,8 @@ type rxfreshMaps struct {
 	HbmQueueMap  *ebpf.Map `ebpf:"hbm_queue_map"`
 	HbmRxMap     *ebpf.Map `ebpf:"hbm_rx_map"`
 	HbmWalkMap   *ebpf.Map `ebpf:"hbm_walk_map"`
+	RoomQueue    *ebpf.Map `ebpf:"room_queue"`
+	RoomSocks    *ebpf.Map `ebpf:"room_socks"`
 }
 
 func (m *rxfreshMaps) Close() error {
@@ -381,6 +405,8 @@ func (m *rxfreshMaps) Close() error {
 		m.HbmQueueMap,
 		m.HbmRxMap,
 		m.HbmWalkMap,
+		m.RoomQueue,
+		m.RoomSocks,
 	)
 }
 
@@ -396,6 +422,7 @@ type rxfreshVariables struct {
 type rxfreshPrograms struct {
 	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
+	RoomRun      *ebpf.Program `ebpf:"room_run"`
 	RxdescendRun *ebpf.Program `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.Program `ebpf:"rxfresh_run"`
 	RxwinRun     *ebpf.Program `ebpf:"rxwin_run"`
@@ -406,6 +433,7 @@ func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
 		p.HeldRun,
 		p.LearnRun,
+		p.RoomRun,
 		p.RxdescendRun,
 		p.RxfreshRun,
 		p.RxwinRun,
