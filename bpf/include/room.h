@@ -14,6 +14,20 @@
 #include "share.h"
 #include "vqueue.h"
 
+/* plan_base is where the next plan starts in the group's virtual time:
+ * after the queue's backlog and the plans not yet sent (fresh_vt_ns), and
+ * at most burst_ns before now (an idle queue's credit, as vq_clamp). */
+static __always_inline __u64 plan_base(const struct hbm_queue *q, const struct hbm_config *cfg, __u64 now)
+{
+	__u64 base = q->vtime_ns, floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0;
+
+	if ((__s64)(q->fresh_vt_ns - base) > 0)
+		base = q->fresh_vt_ns;
+	if ((__s64)(floor - base) > 0)
+		base = floor;
+	return base;
+}
+
 /* idle_room is what group (q, cfg) lets a socket's next transfer send
  * unpaced, bytes: the credit its queue holds now (at most burst_ns) after
  * the first windows already planned from it and not yet sent (fresh_vt_ns,
@@ -25,18 +39,14 @@
 static __always_inline __u64 idle_room(struct hbm_queue *q, const struct hbm_config *cfg, struct hbm_sock *s,
 				       __u64 now)
 {
-	__u64 base = q->vtime_ns, floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0, bytes;
 	__s64 credit;
+	__u64 bytes;
 
 	rate_sync(q, cfg);
 	if (s->plan_ns && q->fresh_vt_ns == s->plan_vt_ns)
 		q->fresh_vt_ns -= s->plan_ns;
 	s->plan_ns = 0;
-	if ((__s64)(q->fresh_vt_ns - base) > 0)
-		base = q->fresh_vt_ns;
-	if ((__s64)(floor - base) > 0)
-		base = floor;
-	credit = (__s64)(now - base);
+	credit = (__s64)(now - plan_base(q, cfg, now));
 	if (credit <= 0)
 		return 0;
 	/* credit <= burst_ns < 2^42 ns (an hour, rate.Validate) and rate <
@@ -57,17 +67,11 @@ static __always_inline __u64 idle_room(struct hbm_queue *q, const struct hbm_con
 static __always_inline void room_reserve(struct hbm_queue *q, const struct hbm_config *cfg, struct hbm_sock *s,
 					 __u64 now, __u64 bytes)
 {
-	__u64 base = q->vtime_ns, floor = now > cfg->burst_ns ? now - cfg->burst_ns : 0;
-
 	if (!bytes)
 		return;
 	bytes = bytes * 65536 / (q->payload_q16 ? q->payload_q16 : PAYLOAD_Q16_DEFAULT);
-	if ((__s64)(q->fresh_vt_ns - base) > 0)
-		base = q->fresh_vt_ns;
-	if ((__s64)(floor - base) > 0)
-		base = floor;
 	s->plan_ns = cost_ns_bytes(q, cfg, bytes);
-	q->fresh_vt_ns = base + s->plan_ns;
+	q->fresh_vt_ns = plan_base(q, cfg, now) + s->plan_ns;
 	s->plan_vt_ns = q->fresh_vt_ns;
 }
 
