@@ -54,7 +54,7 @@ struct verdict {
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
 	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
-	__u8 protected;     /* ingress: rx_protected(), RX_* */
+	__u8 protected;     /* ingress: rx_protected(), PROTECT_* */
 	__u8 candidate;     /* egress: one of the connection's first segments, which
 	                     * TCP does not pace (share.h, TCP_UNPACED_SEGS);
 	                     * ingress: in the first 64 KB after idle (rx_fresh) */
@@ -92,10 +92,10 @@ struct verdict {
 
 #include "lend.h"
 
-/* rx_protected's answers */
-#define RX_EXPOSED       0 /* dropped by the thresholds like any packet */
-#define RX_PROTECT_BOUND 1 /* passes while its charge fits the queue's bound */
-#define RX_PROTECT       2 /* always passes */
+/* How a TCP packet is protected from refusal (rx_protected, tx_protected) */
+#define PROTECT_NONE   0 /* dropped by the thresholds like any packet */
+#define PROTECT_BOUND  1 /* passes while its charge fits the queue's bound */
+#define PROTECT_ALWAYS 2 /* always passes */
 
 /* rx_protected reports whether dropping this ingress TCP packet could leave
  * its sender unable to see the loss quickly, or repeat a loss it is already
@@ -103,14 +103,14 @@ struct verdict {
  * what it sees:
  *  - no payload (pure ACK), SYN, RST: nothing to gain, an ACK lost stalls
  *    the group's own sending, a SYN lost waits out the 1 s handshake timer
- *    (RX_PROTECT);
+ *    (PROTECT_ALWAYS);
  *  - PSH, FIN: usually the last segment of a burst; nothing follows it to
  *    reveal its loss but the sender's loss-probe or retransmit timer;
  *  - an open hole: the flow already lost a packet to us and the receiver's
  *    rcv_nxt has not passed it. Its retransmission (and everything until it
  *    arrives) passes, so at most one loss per flow is outstanding and it is
  *    always followed by packets that reveal it (SACK, RACK).
- * The last two (RX_PROTECT_BOUND) pass only while the virtual queue can
+ * The last two (PROTECT_BOUND) pass only while the virtual queue can
  * charge them (police_level): a hole passes the rest of its flow's window,
  * and flows whose windows the assist cannot bring down (a clamp stuck
  * above its share, --no-pace, a socket the assist never reached) could
@@ -121,15 +121,15 @@ static __always_inline int rx_protected(const struct pkt *p, struct bpf_tcp_sock
 					struct hbm_sock *s, __u64 now)
 {
 	if (!p->payload || (p->tcp_flags & (TCPF_SYN | TCPF_RST)))
-		return RX_PROTECT;
+		return PROTECT_ALWAYS;
 	if (p->tcp_flags & (TCPF_PSH | TCPF_FIN))
-		return RX_PROTECT_BOUND;
+		return PROTECT_BOUND;
 	if (!tp || !s || !s->hole_ns)
-		return RX_EXPOSED;
+		return PROTECT_NONE;
 	if ((__s32)(tp->rcv_nxt - s->hole_end) < 0 && now - s->hole_ns < RX_HOLE_TIMEOUT_NS)
-		return RX_PROTECT_BOUND;
+		return PROTECT_BOUND;
 	s->hole_ns = 0; /* repaired (or given up on) */
-	return RX_EXPOSED;
+	return PROTECT_NONE;
 }
 
 /* flow_held reports whether something other than a refusal already holds
@@ -168,6 +168,26 @@ static __always_inline int flow_held(const struct hbm_sock *s, int candidate)
 	if (!w || !s->applied || s->applied == ~0ULL)
 		return 0;
 	return s->applied <= w + (w >> 5);
+}
+
+/* tx_protected reports how an egress TCP packet is protected from refusal
+ * (PROTECT_*): a SYN or SYN-ACK always (a refused one waits for TCP's 1 s
+ * handshake timer, and a refused SYN-ACK retransmission ends the request:
+ * a connection's first round trip is refused only by the handshake gate,
+ * v->gate), as is a flow something else already holds (flow_held, v->held);
+ * a flow with fewer than min_inflight packets out (a refusal would stall it
+ * until the loss-probe timer) always where the pacing assist holds the
+ * group's flows, else only while its charge fits the queue's bound: without
+ * the assist nothing else holds a server whose responses never have two
+ * packets out (64 keep-alive clients of 10 KB responses took 12x a 200mbit
+ * limit with --no-pace, the excess forgotten at the bound). */
+static __always_inline int tx_protected(const struct verdict *v, const struct hbm_config *cfg)
+{
+	if ((v->p.tcp_flags & TCPF_SYN) || v->held)
+		return PROTECT_ALWAYS;
+	if (v->packets_out < cfg->min_inflight)
+		return cfg->flags & HBM_F_PACE ? PROTECT_ALWAYS : PROTECT_BOUND;
+	return PROTECT_NONE;
 }
 
 /* fresh_budget charges an RPC packet (a fresh-burst candidate) of cost ns
@@ -256,15 +276,10 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	v->guaranteed_up = 0;
 	may_drop = !(cfg->flags & HBM_F_NO_DROP) && !v->guaranteed;
 	if (may_drop && v->p.is_tcp) {
-		/* A refused SYN or SYN-ACK waits for TCP's 1 s handshake
-		 * timer (and a refused SYN-ACK retransmission ends the
-		 * request): a connection's first round trip is never refused,
-		 * except by the handshake gate (v->gate, below). */
-		if (v->dir == HBM_DIR_EGRESS &&
-		    (v->packets_out < cfg->min_inflight || (v->p.tcp_flags & TCPF_SYN) || v->held))
-			may_drop = 0;
-		else if (v->dir == HBM_DIR_INGRESS && v->protected) {
-			bounded = v->protected == RX_PROTECT_BOUND;
+		int prot = v->dir == HBM_DIR_EGRESS ? tx_protected(v, cfg) : v->protected;
+
+		if (prot) {
+			bounded = prot == PROTECT_BOUND;
 			may_drop = 0;
 		}
 	}

@@ -8,6 +8,7 @@
  * writes the decisions back. learn_run is what a packet's verdict leaves
  * in its socket's state for both assists (policy.h, verdict_learn);
  * held_run whether an egress packet may be refused at all (flow_held);
+ * protect_run how an egress TCP packet is protected (tx_protected);
  * step_run one step of a group's share loop (share.h, share_step);
  * room_run the room a transfer's first window is given (room.h). */
 #include "vmlinux.h"
@@ -146,6 +147,37 @@ int held_run(struct held_case *c)
 		held = flow_held(&s, cand);
 	barrier_var(held);
 	c->held = held;
+	return 0;
+}
+
+struct protect_case {
+	__u32 syn;          /* in: a SYN or SYN-ACK */
+	__u32 held;         /* in: flow_held said so */
+	__u32 packets_out;  /* in: the sender's packets in flight */
+	__u32 min_inflight; /* in: the limit's */
+	__u32 pace;         /* in: the limit has the pacing assist */
+	__u32 prot;         /* out: tx_protected, PROTECT_* */
+};
+
+SEC("syscall")
+int protect_run(struct protect_case *c)
+{
+	struct hbm_config cfg = {};
+	struct verdict v = {};
+	__u32 syn = c->syn, held = c->held, out = c->packets_out, min = c->min_inflight, pace = c->pace;
+
+	barrier_var(syn);
+	barrier_var(held);
+	barrier_var(out);
+	barrier_var(min);
+	barrier_var(pace);
+	v.p.is_tcp = 1;
+	v.p.tcp_flags = syn ? TCPF_SYN : 0;
+	v.held = held;
+	v.packets_out = out;
+	cfg.min_inflight = min;
+	cfg.flags = pace ? HBM_F_PACE : 0;
+	c->prot = tx_protected(&v, &cfg);
 	return 0;
 }
 

@@ -10,6 +10,8 @@ package eval
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +140,59 @@ func TestWebServerHoldsLimit(t *testing.T) {
 			t.Errorf("%s, %d B responses to %d clients: wire share %.3f of the limit, want [%.2f, %.2f]",
 				c.scen, c.size, c.clients, g.Share, c.lo, c.hi)
 		}
+	}
+}
+
+// TestWebServerNoPaceHoldsLimit: without the pacing assist (--no-pace) the
+// policer alone holds a keep-alive server whose responses never have two
+// packets out: such packets pass up to the queue's bound, not past it
+// (bpf/include/policy.h, tx_protected). Before, 64 clients of 10 KB
+// responses took 12x a 200mbit limit, every packet protected and the
+// excess forgotten at the bound.
+func TestWebServerNoPaceHoldsLimit(t *testing.T) {
+	bin := evalPrereqs(t, "nginx", "wrk")
+	const scen = `name: web-keepalive-nopace
+description: nginx limited to 200mbit without the pacing assist, wrk with keep-alive connections
+duration: 4s
+warmup: 1s
+ccs: [cubic]
+limiters: [hbm]
+hosts: [srv, cli]
+links:
+  - name: wire
+    hosts: [srv, cli]
+cgroups:
+  - name: web
+    host: srv
+    egress: 200mbit
+    hbm_args: [--no-pace]
+flows:
+  - kind: http
+    sizes: [10KB]
+    counts: [64]
+    keepalive: true
+    from: web
+    to: cli
+`
+	path := filepath.Join(t.TempDir(), "nopace.yaml")
+	if err := os.WriteFile(path, []byte(scen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scens, err := Load([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var log strings.Builder
+	res, err := Run(ctx, scens, Options{Bin: bin, Log: &log})
+	if err != nil || len(res.Runs) != 1 || res.Runs[0].Error != "" || res.Runs[0].Skipped != "" || len(res.Runs[0].Groups) != 1 {
+		t.Fatalf("eval: %v %+v\n%s", err, res, log.String())
+	}
+	g := res.Runs[0].Groups[0]
+	t.Logf("--no-pace, 64 keep-alive clients of 10 KB: wire share %.3f, %d refused", g.Share, g.Dropped)
+	if g.Share > 1.10 || g.Share < 0.5 {
+		t.Errorf("--no-pace, 64 keep-alive clients of 10 KB responses: wire share %.3f of the limit, want [0.50, 1.10]", g.Share)
 	}
 }
 

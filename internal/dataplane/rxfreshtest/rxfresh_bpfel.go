@@ -207,6 +207,16 @@ type rxfreshLearnCase struct {
 	OutXferBps  uint64
 }
 
+type rxfreshProtectCase struct {
+	_           structs.HostLayout
+	Syn         uint32
+	Held        uint32
+	PacketsOut  uint32
+	MinInflight uint32
+	Pace        uint32
+	Prot        uint32
+}
+
 type rxfreshRoomCase struct {
 	_         structs.HostLayout
 	NowNs     uint64
@@ -280,6 +290,7 @@ const (
 	rxfreshMapRoomSocks     = "room_socks"
 	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
+	rxfreshProgProtectRun   = "protect_run"
 	rxfreshProgRoomRun      = "room_run"
 	rxfreshProgRxdescendRun = "rxdescend_run"
 	rxfreshProgRxfreshRun   = "rxfresh_run"
@@ -331,6 +342,7 @@ type rxfreshSpecs struct {
 type rxfreshProgramSpecs struct {
 	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
+	ProtectRun   *ebpf.ProgramSpec `ebpf:"protect_run"`
 	RoomRun      *ebpf.ProgramSpec `ebpf:"room_run"`
 	RxdescendRun *ebpf.ProgramSpec `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
@@ -422,6 +434,7 @@ type rxfreshVariables struct {
 type rxfreshPrograms struct {
 	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
+	ProtectRun   *ebpf.Program `ebpf:"protect_run"`
 	RoomRun      *ebpf.Program `ebpf:"room_run"`
 	RxdescendRun *ebpf.Program `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.Program `ebpf:"rxfresh_run"`
@@ -433,6 +446,7 @@ func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
 		p.HeldRun,
 		p.LearnRun,
+		p.ProtectRun,
 		p.RoomRun,
 		p.RxdescendRun,
 		p.RxfreshRun,
