@@ -92,6 +92,10 @@ int hbm_egress(struct __sk_buff *skb)
 			v.counted = 1;
 		}
 	}
+	if (v.p.is_tcp) {
+		v.protected = tx_protected(&v.p, v.held);
+		v.cn_able = 1;
+	}
 	police_path(skb, &v, s);
 	verdict_learn(s, &v);
 	if (lk.port && !v.drop)
@@ -104,7 +108,9 @@ int hbm_egress(struct __sk_buff *skb)
 SEC("cgroup_skb/ingress")
 int hbm_ingress(struct __sk_buff *skb)
 {
-	struct verdict v = { .dir = HBM_DIR_INGRESS, .packets_out = ~0U };
+	/* RPC bursts go first (rxfresh.h); a mark-only limit reaches a flow
+	 * only by CE. */
+	struct verdict v = { .dir = HBM_DIR_INGRESS, .packets_out = ~0U, .first = 1, .ce_only = 1 };
 	struct bpf_tcp_sock *tp;
 	struct hbm_sock *s = NULL;
 	struct bpf_sock *sk;

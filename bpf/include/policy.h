@@ -45,7 +45,10 @@
 #define VERDICT_CHARGED 4
 
 /* What one packet brings to every level's decision, and what they decide.
- * Scalars only: police_level is a global function, verified once. */
+ * Scalars only: police_level is a global function, verified once. The
+ * direction's differences are the packet's properties, set by its hook
+ * before the walk (hbm.bpf.c): the levels decide alike in both, but for
+ * the share loop's tuning (share.h). */
 struct verdict {
 	struct pkt p;
 	__u64 now;
@@ -53,15 +56,24 @@ struct verdict {
 	__u64 xfer_Bps;     /* egress: least share of the levels for a transfer (0: none) */
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
-	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown) */
-	__u8 protected;     /* ingress: rx_protected(), PROTECT_* */
+	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown,
+	                     * and on ingress: the receiver cannot read them) */
+	__u8 protected;     /* the packet's own protection from refusal, PROTECT_*
+	                     * (ingress: rx_protected; egress: tx_protected) */
 	__u8 candidate;     /* egress: one of the connection's first segments, which
 	                     * TCP does not pace (share.h, TCP_UNPACED_SEGS);
 	                     * ingress: in the first 64 KB after idle (rx_fresh) */
 	__u8 fresh;         /* ingress: ... and within every group's fresh budget:
 	                     * never marked, never dropped */
+	__u8 first;         /* a candidate goes first, the paced flows sharing what
+	                     * it leaves (ingress: an RPC burst); else the loop
+	                     * corrects for it (egress: TCP's unpaced segments) */
 	__u8 xfer;          /* egress: the flow is in a transfer (share.h) */
 	__u8 ect;           /* ingress: the flow's data arrives ECN-capable (hbm_sock.rx_ect) */
+	__u8 ce_only;       /* a mark-only level (HBM_F_NO_DROP) can reach the flow
+	                     * only by CE, so leaves its share alone unless it is
+	                     * ECN-capable (ingress: a window clamp; egress pacing
+	                     * holds a flow whatever its ECN) */
 	__u8 at_floor;      /* ingress: the window assist holds the socket at its
 	                     * two-segment floor (hbm.bpf.c) */
 	__u8 held;          /* egress: TCP's pacing or the handshake gate holds the
@@ -69,6 +81,7 @@ struct verdict {
 	__u8 gate;          /* egress: the first SYN-ACK of a request the handshake
 	                     * gate timed (gate.h): refused while a level stands
 	                     * above its drop-large threshold */
+	__u8 cn_able;       /* the hook can return the congestion code (egress TCP) */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 	/* The levels that charged the packet (police_path): refunded if a
@@ -170,21 +183,31 @@ static __always_inline int flow_held(const struct hbm_sock *s, int candidate)
 	return s->applied <= w + (w >> 5);
 }
 
-/* tx_protected reports how an egress TCP packet is protected from refusal
- * (PROTECT_*): a SYN or SYN-ACK always (a refused one waits for TCP's 1 s
- * handshake timer, and a refused SYN-ACK retransmission ends the request:
- * a connection's first round trip is refused only by the handshake gate,
- * v->gate), as is a flow something else already holds (flow_held, v->held);
- * a flow with fewer than min_inflight packets out (a refusal would stall it
- * until the loss-probe timer) always where the pacing assist holds the
- * group's flows, else only while its charge fits the queue's bound: without
- * the assist nothing else holds a server whose responses never have two
- * packets out (64 keep-alive clients of 10 KB responses took 12x a 200mbit
- * limit with --no-pace, the excess forgotten at the bound). */
-static __always_inline int tx_protected(const struct verdict *v, const struct hbm_config *cfg)
+/* tx_protected is an egress TCP packet's own protection from refusal
+ * (PROTECT_*, v->protected): a SYN or SYN-ACK always (a refused one waits
+ * for TCP's 1 s handshake timer, and a refused SYN-ACK retransmission ends
+ * the request: a connection's first round trip is refused only by the
+ * handshake gate, v->gate), as is a flow something else already holds
+ * (flow_held). */
+static __always_inline int tx_protected(const struct pkt *p, int held)
 {
-	if ((v->p.tcp_flags & TCPF_SYN) || v->held)
-		return PROTECT_ALWAYS;
+	return (p->tcp_flags & TCPF_SYN) || held ? PROTECT_ALWAYS : PROTECT_NONE;
+}
+
+/* protection is how a TCP packet is protected from refusal at a level of
+ * limit cfg (PROTECT_*): its own protection (v->protected), else, for a
+ * flow with fewer than the limit's min_inflight packets out (a refusal
+ * would stall it until the loss-probe timer), always where the pacing
+ * assist holds the group's flows and only while its charge fits the
+ * queue's bound without it: without the assist nothing else holds a server
+ * whose responses never have two packets out (64 keep-alive clients of 10
+ * KB responses took 12x a 200mbit limit with --no-pace, the excess
+ * forgotten at the bound). On ingress the count is unknown (~0) and
+ * rx_protected stands for it. */
+static __always_inline int protection(const struct verdict *v, const struct hbm_config *cfg)
+{
+	if (v->protected)
+		return v->protected;
 	if (v->packets_out < cfg->min_inflight)
 		return cfg->flags & HBM_F_PACE ? PROTECT_ALWAYS : PROTECT_BOUND;
 	return PROTECT_NONE;
@@ -276,7 +299,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	v->guaranteed_up = 0;
 	may_drop = !(cfg->flags & HBM_F_NO_DROP) && !v->guaranteed;
 	if (may_drop && v->p.is_tcp) {
-		int prot = v->dir == HBM_DIR_EGRESS ? tx_protected(v, cfg) : v->protected;
+		int prot = protection(v, cfg);
 
 		if (prot) {
 			bounded = prot == PROTECT_BOUND;
@@ -324,7 +347,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 			 * packets come at the rate its caps let connections
 			 * end, so the loop corrects for them, not the room;
 			 * they lower only the share's floor (share.h). */
-			if (v->candidate && v->dir == HBM_DIR_INGRESS)
+			if (v->candidate && v->first)
 				q->ctl_fresh += v->p.wire_bytes;
 			else if (v->candidate)
 				q->ctl_unpaced += v->p.wire_bytes;
@@ -362,7 +385,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	 * without ECN to its share removed its incast drops but doubled its
 	 * 10 KB P99 and gave it 200 ms timeouts (a two-segment window cannot
 	 * fast-retransmit). */
-	if (v->dir == HBM_DIR_INGRESS && (cfg->flags & HBM_F_NO_DROP) && !v->ect)
+	if (v->ce_only && (cfg->flags & HBM_F_NO_DROP) && !v->ect)
 		share = 0;
 	if (share && (!v->want_Bps || share < v->want_Bps))
 		v->want_Bps = share;
@@ -383,8 +406,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	 * from overflowing a shallow buffer. Marks also stay for traffic the
 	 * clamp cannot reach (UDP, sockets the assist never clamped) and with
 	 * --no-pace. */
-	if (v->dir == HBM_DIR_INGRESS && (cfg->flags & HBM_F_NO_DROP) && (cfg->flags & HBM_F_PACE) &&
-	    v->ect && v->at_floor)
+	if ((cfg->flags & HBM_F_NO_DROP) && (cfg->flags & HBM_F_PACE) && v->ect && v->at_floor)
 		return police_passed(cfg);
 
 	if (v->p.ecn != ECN_NOT_ECT) {
@@ -396,7 +418,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		v->p.ecn = ECN_CE;
 		return police_passed(cfg);
 	}
-	if (v->p.is_tcp && v->dir == HBM_DIR_EGRESS && cwr_roll(cfg, backlog)) {
+	if (v->cn_able && cwr_roll(cfg, backlog)) {
 		__sync_fetch_and_add(&st->cwr, 1);
 		v->cn = 1;
 	}

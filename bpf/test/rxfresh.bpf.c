@@ -156,7 +156,10 @@ struct protect_case {
 	__u32 packets_out;  /* in: the sender's packets in flight */
 	__u32 min_inflight; /* in: the limit's */
 	__u32 pace;         /* in: the limit has the pacing assist */
-	__u32 prot;         /* out: tx_protected, PROTECT_* */
+	__u32 ingress;      /* in: an ingress packet (its count unknown), its own
+	                     * protection rx (rx_protected's) */
+	__u32 rx;
+	__u32 prot;         /* out: protection, PROTECT_* */
 };
 
 SEC("syscall")
@@ -165,19 +168,28 @@ int protect_run(struct protect_case *c)
 	struct hbm_config cfg = {};
 	struct verdict v = {};
 	__u32 syn = c->syn, held = c->held, out = c->packets_out, min = c->min_inflight, pace = c->pace;
+	__u32 in = c->ingress, rx = c->rx;
 
 	barrier_var(syn);
 	barrier_var(held);
 	barrier_var(out);
 	barrier_var(min);
 	barrier_var(pace);
+	barrier_var(in);
+	barrier_var(rx);
 	v.p.is_tcp = 1;
 	v.p.tcp_flags = syn ? TCPF_SYN : 0;
-	v.held = held;
-	v.packets_out = out;
+	/* As the hooks set them (hbm.bpf.c). */
+	if (in) {
+		v.protected = rx;
+		v.packets_out = ~0U;
+	} else {
+		v.protected = tx_protected(&v.p, held);
+		v.packets_out = out;
+	}
 	cfg.min_inflight = min;
 	cfg.flags = pace ? HBM_F_PACE : 0;
-	c->prot = tx_protected(&v, &cfg);
+	c->prot = protection(&v, &cfg);
 	return 0;
 }
 

@@ -201,6 +201,16 @@ func tcpSeg(payload int) []byte {
 	return b
 }
 
+// tcpSyn is a SYN (or, with ack, a SYN-ACK) segment.
+func tcpSyn(ack bool) []byte {
+	b := tcpSeg(0)
+	b[13] = 0x02 // SYN
+	if ack {
+		b[13] |= 0x10
+	}
+	return b
+}
+
 func udpDgram(payload int) []byte {
 	b := make([]byte, udpHdr+payload)
 	binary.BigEndian.PutUint16(b[4:], uint16(len(b)))
@@ -259,6 +269,10 @@ func TestDecisions(t *testing.T) {
 		// EPERM (the plain drop code), which fails iperf3 and friends.
 		{"v4 large udp past drop-large: drop+cn (no error to the sender)", largeDrop, ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(1000)), retDropCN, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
 		{"v6 small udp past drop-small: drop+cn", allDrop, ipv6(unix.IPPROTO_UDP, ecnNotECT, udpDgram(10)), retDropCN, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
+		// A refused SYN waits for TCP's 1 s handshake timer: only the
+		// handshake gate may refuse one (gate.h), never the thresholds.
+		{"v4 SYN past drop-small: passes with cwr", allDrop, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSyn(false)), retPassCN, ecnNotECT, func(s Stats) uint64 { return s.CWR }},
+		{"v6 SYN-ACK past drop-small: passes with cwr", allDrop, ipv6(unix.IPPROTO_TCP, ecnNotECT, tcpSyn(true)), retPassCN, ecnNotECT, func(s Stats) uint64 { return s.CWR }},
 		{"v4 already-CE passes, not counted as ours", markRegion, ipv4(unix.IPPROTO_TCP, ecnCE, tcpSeg(1448)), retPass, ecnCE, func(s Stats) uint64 { return s.Packets }},
 	}
 	checkDecisions(t, h, cases, nil)

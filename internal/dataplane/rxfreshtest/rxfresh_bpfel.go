@@ -214,6 +214,8 @@ type rxfreshProtectCase struct {
 	PacketsOut  uint32
 	MinInflight uint32
 	Pace        uint32
+	Ingress     uint32
+	Rx          uint32
 	Prot        uint32
 }
 
