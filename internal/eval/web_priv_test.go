@@ -82,7 +82,7 @@ func TestWebServerHoldsLimit(t *testing.T) {
 		// Without the pacing assist the policer alone holds a keep-alive
 		// server whose responses never have two packets out: such packets
 		// pass up to the queue's bound (bpf/include/policy.h,
-		// tx_protected). Before, every one was protected and the excess
+		// protection). Before, every one was protected and the excess
 		// forgotten at the bound: 12x the limit.
 		{"web-keepalive-200m", 10 << 10, 64, 0.50, 1.10, 0, []string{"--no-pace"}},
 	} {
