@@ -201,13 +201,11 @@ func tcpSeg(payload int) []byte {
 	return b
 }
 
-// tcpSyn is a SYN (or, with ack, a SYN-ACK) segment.
-func tcpSyn(ack bool) []byte {
-	b := tcpSeg(0)
-	b[13] = 0x02 // SYN
-	if ack {
-		b[13] |= 0x10
-	}
+// tcpSynOnly is a connection's first SYN: tcpSegFlags's SYN (a SYN-ACK,
+// as it sets ACK on every segment) with the ACK bit cleared.
+func tcpSynOnly() []byte {
+	b := tcpSegFlags(0, tcpSYN)
+	b[13] &^= 0x10
 	return b
 }
 
@@ -271,8 +269,8 @@ func TestDecisions(t *testing.T) {
 		{"v6 small udp past drop-small: drop+cn", allDrop, ipv6(unix.IPPROTO_UDP, ecnNotECT, udpDgram(10)), retDropCN, ecnNotECT, func(s Stats) uint64 { return s.Dropped }},
 		// A refused SYN waits for TCP's 1 s handshake timer: only the
 		// handshake gate may refuse one (gate.h), never the thresholds.
-		{"v4 SYN past drop-small: passes with cwr", allDrop, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSyn(false)), retPassCN, ecnNotECT, func(s Stats) uint64 { return s.CWR }},
-		{"v6 SYN-ACK past drop-small: passes with cwr", allDrop, ipv6(unix.IPPROTO_TCP, ecnNotECT, tcpSyn(true)), retPassCN, ecnNotECT, func(s Stats) uint64 { return s.CWR }},
+		{"v4 SYN past drop-small: passes with cwr", allDrop, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSynOnly()), retPassCN, ecnNotECT, func(s Stats) uint64 { return s.CWR }},
+		{"v6 SYN-ACK past drop-small: passes with cwr", allDrop, ipv6(unix.IPPROTO_TCP, ecnNotECT, tcpSegFlags(0, tcpSYN)), retPassCN, ecnNotECT, func(s Stats) uint64 { return s.CWR }},
 		{"v4 already-CE passes, not counted as ours", markRegion, ipv4(unix.IPPROTO_TCP, ecnCE, tcpSeg(1448)), retPass, ecnCE, func(s Stats) uint64 { return s.Packets }},
 	}
 	checkDecisions(t, h, cases, nil)
