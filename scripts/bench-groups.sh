@@ -152,15 +152,27 @@ unlimit() { # MODE
 	return 0
 }
 
-# progstats: "run_time_ns run_cnt" of the egress program(s) named hbm_egress.
+# progstats: "run_time_ns run_cnt" of the egress programs attached on the
+# leaf's path (so no other program of the same name, e.g. another pin
+# directory's data plane, is counted).
 progstats() {
+	local ids= g
+	for g in $TOP $TOP/g0 $TOP/g0/g0 $LEAF; do
+		ids="$ids $(bpftool cgroup show "$CG$g" --json 2>/dev/null | python3 -c '
+import json, sys
+try:
+    print(" ".join(str(p["id"]) for p in json.load(sys.stdin) if p.get("attach_type") == "cgroup_inet_egress"))
+except ValueError:
+    pass')"
+	done
 	bpftool prog show --json 2>/dev/null | python3 -c '
 import json, sys
+ids = set(int(i) for i in sys.argv[1:])
 t = n = 0
 for p in json.load(sys.stdin):
-    if p.get("name") == "hbm_egress":
+    if p["id"] in ids:
         t += p.get("run_time_ns", 0); n += p.get("run_cnt", 0)
-print(t, n)'
+print(t, n)' $ids
 }
 
 run() { # MODE: one line "pps ns_per_packet"
