@@ -167,7 +167,7 @@ func (t *topology) startWeb(fl *Flow, ep *endpoint, sizes []int) (_ *webServer, 
 	if c := s.Cgroup(srv); c != nil {
 		nice = c.Nice
 	}
-	w.proc = t.lab.Command(host, t.lab.Cgroup(srv), nginx, "-e", filepath.Join(w.dir, "error.log"), "-p", w.dir+"/", "-c", conf).Nice(nice)
+	w.proc = t.lab.Command(host, t.cgroup(srv), nginx, "-e", filepath.Join(w.dir, "error.log"), "-p", w.dir+"/", "-c", conf).Nice(nice)
 	var out netlab.Buffer
 	w.proc.Cmd.Stdout, w.proc.Cmd.Stderr = &out, &out
 	if err := w.proc.Start(); err != nil {
@@ -202,7 +202,7 @@ func (t *topology) startWeb(fl *Flow, ep *endpoint, sizes []int) (_ *webServer, 
 	}
 	// Every process of the server is in the group: the workers are forked
 	// by the master, which was cloned into it.
-	if err := inGroup(w.proc.Cmd.Process.Pid, t.lab.CgroupPath(srv)); err != nil {
+	if err := inGroup(w.proc.Cmd.Process.Pid, t.cgroupPath(srv)); err != nil {
 		return nil, fmt.Errorf("nginx in %s: %w", host, err)
 	}
 	return w, nil
@@ -317,7 +317,7 @@ func (t *topology) startHTTPClient(w *webServer, secs int) (*httpClient, error) 
 		return nil, err
 	}
 	c := &httpClient{w: w, tool: args[0], limit: time.Duration(secs)*time.Second + 30*time.Second}
-	c.p = t.lab.Command(t.s.HostOf(fl.To), t.lab.Cgroup(fl.To), bin, args[1:]...).Nice(fl.Nice)
+	c.p = t.lab.Command(t.s.HostOf(fl.To), t.cgroup(fl.To), bin, args[1:]...).Nice(fl.Nice)
 	c.p.Cmd.Stdout, c.p.Cmd.Stderr = &c.out, &c.err
 	if err := c.p.Start(); err != nil {
 		return nil, err

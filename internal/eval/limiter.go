@@ -50,7 +50,7 @@ func (h hbmLimit) apply(t *topology, _ []*endpoint) (qs []*shaped, undo func(), 
 		}
 	}
 	for _, c := range t.s.Cgroups {
-		path := t.lab.CgroupPath(c.Name)
+		path := t.cgroupPath(c.Name)
 		var extra []string
 		if c.MarkOnly {
 			extra = append(extra, "--no-drop")
@@ -58,7 +58,11 @@ func (h hbmLimit) apply(t *topology, _ []*endpoint) (qs []*shaped, undo func(), 
 		extra = append(extra, c.HBMArgs...)
 		set := false
 		if c.EgressBps > 0 {
-			if _, err := h.hbm.Run(append([]string{"set", path, "--egress", rate.Rate(c.EgressBps).String()}, extra...)...); err != nil {
+			args := []string{"set", path, "--egress", rate.Rate(c.EgressBps).String()}
+			if c.EgressCeilBps > 0 {
+				args = append(args, "--egress-ceil", rate.Rate(c.EgressCeilBps).String(), "--priority", Priorities[priorityOf(&c)])
+			}
+			if _, err := h.hbm.Run(append(args, extra...)...); err != nil {
 				return nil, undo, "", fmt.Errorf("hbm set --egress: %w", err)
 			}
 			set = true
@@ -92,11 +96,21 @@ func (q qdiscLimit) apply(t *topology, eps []*endpoint) (qs []*shaped, undo func
 		}
 	}
 	devs := map[devKey][]*netlab.HTBClass{}
+	idx := map[classKey]int{}
 	var order []devKey
+	nested := false
 	for _, c := range s.Cgroups {
 		if c.IngressBps > 0 {
 			return nil, undo, fmt.Sprintf("%s cannot limit ingress (no ifb here): only hbm limits %s's ingress", q.kind, c.Name), nil
 		}
+		if c.Parent != "" && c.EgressBps > 0 && s.Cgroup(c.Parent).EgressBps > 0 {
+			nested = true
+		}
+	}
+	if nested && q.kind == "tbf" {
+		return nil, undo, "tbf has no class tree: nested limits and borrowing take htb", nil
+	}
+	for _, c := range s.Cgroups {
 		if c.EgressBps == 0 {
 			continue
 		}
@@ -107,11 +121,21 @@ func (q qdiscLimit) apply(t *topology, eps []*endpoint) (qs []*shaped, undo func
 			}
 			k := t.dev(c.Host, s.HostOf(ep.to))
 			if perDev[k] == nil {
-				perDev[k] = &netlab.HTBClass{Rate: c.EgressBps}
 				if _, ok := devs[k]; !ok {
 					order = append(order, k)
 				}
-				devs[k] = append(devs[k], perDev[k])
+				// The limited groups above it first, as its parent classes
+				// (htb's rate and ceil, as scripts/bench-borrow.sh sets them).
+				parent := 0
+				for _, a := range s.limitedAncestors(&c) {
+					parent = addClass(devs, idx, k, a, parent)
+				}
+				cl := &netlab.HTBClass{Rate: c.EgressBps, Parent: parent}
+				if c.EgressCeilBps > 0 {
+					cl.Ceil, cl.Prio = c.EgressCeilBps, htbPrio(&c)
+				}
+				perDev[k] = cl
+				devs[k] = append(devs[k], cl)
 			}
 			perDev[k].Ports = append(perDev[k].Ports, ep.port)
 		}
@@ -140,11 +164,48 @@ func (q qdiscLimit) apply(t *topology, eps []*endpoint) (qs []*shaped, undo func
 		}
 		var sum uint64
 		for _, c := range classes {
-			sum += c.Rate
+			if c.Parent == 0 {
+				sum += c.Rate
+			}
 		}
 		qs = append(qs, &shaped{name: q.kind + "@" + k.host, ns: k.ns, dev: k.dev, kind: q.kind, rate: sum})
 	}
 	return qs, undo, "", nil
+}
+
+// limitedAncestors are the groups above c with an egress limit, outermost
+// first.
+func (s *Scenario) limitedAncestors(c *Cgroup) []*Cgroup {
+	var out []*Cgroup
+	for p := s.Cgroup(c.Parent); p != nil; p = s.Cgroup(p.Parent) {
+		if p.EgressBps > 0 {
+			out = append([]*Cgroup{p}, out...)
+		}
+	}
+	return out
+}
+
+// classKey is a group's class on one interface.
+type classKey struct {
+	dev   devKey
+	group string
+}
+
+// addClass returns the class number (index+1) of group g's port-less class
+// (a lender's) on interface k under class parent, adding it if idx does not
+// have it yet.
+func addClass(devs map[devKey][]*netlab.HTBClass, idx map[classKey]int, k devKey, g *Cgroup, parent int) int {
+	key := classKey{k, g.Name}
+	if i, ok := idx[key]; ok {
+		return i + 1
+	}
+	cl := &netlab.HTBClass{Rate: g.EgressBps, Parent: parent}
+	if g.EgressCeilBps > 0 {
+		cl.Ceil, cl.Prio = g.EgressCeilBps, htbPrio(g)
+	}
+	devs[k] = append(devs[k], cl)
+	idx[key] = len(devs[k]) - 1
+	return len(devs[k])
 }
 
 // onlySender reports whether every endpoint reached through interface k is

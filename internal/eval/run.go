@@ -473,7 +473,7 @@ func (t *topology) startClient(ctx context.Context, fl *Flow, src string, ep *en
 	if cc != "" {
 		args = append(args, "--cc", cc)
 	}
-	sc, err := t.lab.StartScriptClientNice(ctx, t.bin, srcHost, t.lab.Cgroup(src), args, true, fl.Nice)
+	sc, err := t.lab.StartScriptClientNice(ctx, t.bin, srcHost, t.cgroup(src), args, true, fl.Nice)
 	if err != nil {
 		return nil, err
 	}
@@ -678,7 +678,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		return base
 	}
 	life := warm + dur + 60*time.Second
-	cs, err := t.startClients(ctx, eps, ccOf, life, func(fl *Flow, _ string) bool { return fl.Kind != "http" })
+	cs, err := t.startClients(ctx, eps, ccOf, life, func(fl *Flow, _ string) bool { return fl.Kind != "http" && len(fl.ActiveD) == 0 })
 	if err != nil {
 		run.Error = err.Error()
 		return run
@@ -752,7 +752,24 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		}
 	}
 	var herr error
+	// The timeline's count and the flows with active intervals start with
+	// the window.
+	var tcount *timelineCount
+	var active *activeRun
+	var origin time.Time
+	defer func() {
+		if tcount != nil {
+			tcount.stop()
+		}
+	}()
 	begin := func() {
+		origin = time.Now()
+		if s.Timeline != nil {
+			if tcount, herr = t.startTimeline(eps, origin); herr != nil {
+				return
+			}
+		}
+		active = t.startActive(ctx, eps, ccOf, origin, dur)
 		readTx(tx0, &tx0At)()
 		readRetrans(rtx0)
 		for _, w := range t.web {
@@ -769,6 +786,24 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		readRetrans(rtx1)
 	}
 	results, err := window(ctx, cs, dur, begin, end)
+	var activeRes map[*Flow]map[string]*workload.Result
+	if active != nil {
+		var aerr error
+		if activeRes, aerr = active.wait(dur.Seconds()); err == nil {
+			err = aerr
+		}
+	}
+	if tcount != nil && err == nil && herr == nil {
+		bytes, first, dropped, cerr := tcount.stop()
+		src := tcount.source()
+		tcount = nil
+		if cerr != nil {
+			err = fmt.Errorf("timeline: %w", cerr)
+		} else {
+			run.Timeline = buildTimeline(s, dur, bytes, first, origin)
+			run.Timeline.Source, run.Timeline.Dropped = src, dropped
+		}
+	}
 	stopCapture()
 	t1 := time.Now()
 	cpu1 := netlab.ReadCPU()
@@ -830,6 +865,19 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		for _, w := range results[i].Warnings {
 			if len(run.Notes) < 20 {
 				run.Notes = append(run.Notes, fmt.Sprintf("%s from %s: %s", c.fl.Name, c.src, w))
+			}
+		}
+	}
+	for i := range s.Flows {
+		fl := &s.Flows[i]
+		for _, src := range fl.From {
+			if wr := activeRes[fl][src]; wr != nil {
+				bySrc[fl] = append(bySrc[fl], wr)
+				for _, w := range wr.Warnings {
+					if len(run.Notes) < 20 {
+						run.Notes = append(run.Notes, fmt.Sprintf("%s from %s: %s", fl.Name, src, w))
+					}
+				}
 			}
 		}
 	}
@@ -939,7 +987,7 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 			}
 		}
 		if lim == "hbm" {
-			k := t.lab.CgroupPath(g) + "/" + grp.Dir
+			k := t.cgroupPath(g) + "/" + grp.Dir
 			if a, ok := hbm1[k]; ok {
 				d := a.Sub(hbm0[k])
 				grp.WireBps = float64(d.Bytes) * 8 / wall
@@ -1123,6 +1171,7 @@ func runLine(run *result.Run) string {
 			parts = append(parts, p)
 		}
 	}
+	parts = append(parts, timelineLine(run.Timeline)...)
 	var retrans uint64
 	for _, c := range run.Classes {
 		retrans += c.Retransmits

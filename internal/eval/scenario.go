@@ -58,6 +58,11 @@ type Scenario struct {
 	CPUs    map[string][]int `yaml:"cpus"`
 	Cgroups []Cgroup         `yaml:"cgroups"`
 	Flows   []Flow           `yaml:"flows"`
+	// Timeline records each source group's rate over the run in short
+	// windows, from a capture on the receivers, and figures of the phases
+	// that flows' active intervals make (borrowing: who gets what when a
+	// group starts or stops).
+	Timeline *Timeline `yaml:"timeline"`
 
 	// Source is the file the scenario came from ("builtin:NAME" for the
 	// embedded ones).
@@ -114,9 +119,44 @@ type Cgroup struct {
 	// its host's batch work.
 	Nice int `yaml:"nice"`
 
+	// Parent nests the group in another group of the scenario (on the
+	// same host, listed before it): hbm's limits nest, htb's classes too.
+	Parent string `yaml:"parent"`
+	// EgressCeil makes Egress a guarantee: the group borrows what its
+	// siblings leave of its parent's egress limit (its lender) up to this
+	// rate (hbm set --egress-ceil; htb's class ceil).
+	EgressCeil string `yaml:"egress_ceil"`
+	// Priority orders borrowing (hbm set --priority latency|normal|batch;
+	// htb's class prio 0, 3, 7); only with egress_ceil.
+	Priority string `yaml:"priority"`
+
 	EgressBps, IngressBps uint64 `yaml:"-"`
+	EgressCeilBps         uint64 `yaml:"-"`
 	EgressAuto            bool   `yaml:"-"`
 }
+
+// Timeline is a scenario's per-group rate over time (see Scenario.Timeline).
+type Timeline struct {
+	// Window is the width of the rate windows (default 10ms).
+	Window string `yaml:"window"`
+	// Settle is how long after a phase starts its figures begin (default
+	// 1s): the phase's rates are measured from then to 200 ms before it
+	// ends.
+	Settle string `yaml:"settle"`
+	// FairWindow, when set (a multiple of window), compares each active
+	// group's rate in windows this long with its weighted max-min share
+	// (from settle after each phase's start to its end) and measures the
+	// lenders' use while their borrowers' demand exceeds them.
+	FairWindow string `yaml:"fair_window"`
+
+	WindowD, SettleD, FairWindowD time.Duration `yaml:"-"`
+}
+
+// Interval is a span of the measurement window, from its start.
+type Interval struct{ Start, End time.Duration }
+
+// Priorities are the borrowing classes (hbm set --priority), highest first.
+var Priorities = []string{"latency", "normal", "batch"}
 
 // Flow is a class of traffic: count connections of one kind and size from a
 // cgroup (or a host) to a host (or a cgroup).
@@ -151,10 +191,16 @@ type Flow struct {
 	Nice   int       `yaml:"nice"` // the client processes' CPU priority (nice(1), -20 to 19)
 	From   StringSet `yaml:"from"` // cgroup or host names
 	To     string    `yaml:"to"`   // host or cgroup name
+	// Active limits a stream flow to intervals of the measurement window
+	// ("START-END" from the window's start, e.g. "3s-6s"): its clients
+	// start at each interval's start and stop at its end (default: the
+	// whole run, warm-up included).
+	Active []string `yaml:"active"`
 
-	SizeBytes, ReplyBytes int    `yaml:"-"`
-	RateBps               uint64 `yaml:"-"`
-	SizesBytes            []int  `yaml:"-"`
+	SizeBytes, ReplyBytes int        `yaml:"-"`
+	RateBps               uint64     `yaml:"-"`
+	SizesBytes            []int      `yaml:"-"`
+	ActiveD               []Interval `yaml:"-"`
 }
 
 // MaxCount bounds a flow's connections per source (one client process holds
@@ -600,14 +646,20 @@ func (s *Scenario) validate() error {
 		if c.Nice < -20 || c.Nice > 19 {
 			return ferr(f+".nice", "%d: want -20 (highest priority) to 19", c.Nice)
 		}
+		if err := s.validateNesting(i, cgByName); err != nil {
+			return err
+		}
 		for j, a := range c.HBMArgs {
-			if !strings.HasPrefix(a, "--") || a == "--egress" || a == "--ingress" {
+			if !strings.HasPrefix(a, "--") || a == "--egress" || a == "--ingress" || strings.HasPrefix(a, "--egress-ceil") || strings.HasPrefix(a, "--priority") {
 				return ferr(fmt.Sprintf("%s.hbm_args[%d]", f, j), "%q: want hbm set options such as --no-pace or --mark=200us (the rate comes from egress/ingress)", a)
 			}
 		}
 	}
 	for _, h := range s.Hosts {
 		hostOf[h] = h
+	}
+	if err := s.validateTimeline(); err != nil {
+		return err
 	}
 	if len(s.Flows) == 0 {
 		return ferr("flows", "at least one flow needed")
@@ -758,6 +810,14 @@ func (s *Scenario) validate() error {
 		}
 		if len(fl.From) == 0 {
 			return ferr(f+".from", "missing (a cgroup or host name, or a list of them)")
+		}
+		if err := s.validateActive(f, fl); err != nil {
+			return err
+		}
+		for j, src := range fl.From {
+			if c := cgByName[src]; c != nil && s.hasChildren(c.Name) {
+				return ferr(fmt.Sprintf("%s.from[%d]", f, j), "group %q has groups nested in it: flows come from those (an htb class with children carries no traffic of its own)", src)
+			}
 		}
 		if fl.Kind == "http" && len(fl.From) > 1 {
 			return ferr(f+".from", "an http flow has one server group (nginx runs in it), not a list")

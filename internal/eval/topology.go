@@ -44,10 +44,17 @@ func buildTopology(s *Scenario, bin string) (*topology, error) {
 func cgroupNames(s *Scenario) []string {
 	var out []string
 	for _, c := range s.Cgroups {
-		out = append(out, c.Name)
+		out = append(out, s.labPath(c.Name))
 	}
 	return out
 }
+
+// cgroup is the directory of a scenario cgroup or host's group.
+func (t *topology) cgroup(name string) string { return t.lab.Cgroup(t.s.labPath(name)) }
+
+// cgroupPath is a scenario cgroup's path under the cgroup2 mount (what hbm
+// set takes).
+func (t *topology) cgroupPath(name string) string { return t.lab.CgroupPath(t.s.labPath(name)) }
 
 func (t *topology) close() error { return t.lab.Close() }
 
@@ -89,6 +96,6 @@ func (t *topology) startServer(host, group string, port int) error {
 	if c := t.s.Cgroup(group); c != nil {
 		nice = c.Nice
 	}
-	_, err := t.lab.StartServerNice(t.bin, host, t.lab.Cgroup(group), "0.0.0.0:"+strconv.Itoa(port), nice)
+	_, err := t.lab.StartServerNice(t.bin, host, t.cgroup(group), "0.0.0.0:"+strconv.Itoa(port), nice)
 	return err
 }

@@ -17,6 +17,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,7 +33,8 @@ type Config struct {
 	// Bottlenecks are tbf queues on switch ports.
 	Bottlenecks []Bottleneck
 	// Cgroups are created under the lab's cgroup (/hbm-lab-TOKEN/NAME) and
-	// removed by Close; processes can be started inside them.
+	// removed by Close; processes can be started inside them. A nested
+	// group is named by its path, "parent/child", after its parent.
 	Cgroups []string
 	// MTU of every link (default 1500).
 	MTU int
@@ -107,9 +109,16 @@ func (c *Config) validate() error {
 			return fmt.Errorf("netlab: bottleneck on %s: rate and buffer needed", b.Link)
 		}
 	}
-	for _, g := range c.Cgroups {
-		if !nameRe.MatchString(g) {
-			return fmt.Errorf("netlab: bad cgroup name %q", g)
+	for i, g := range c.Cgroups {
+		// A nested group is "parent/child", its parent listed before it.
+		parts := strings.Split(g, "/")
+		for _, p := range parts {
+			if !nameRe.MatchString(p) {
+				return fmt.Errorf("netlab: bad cgroup name %q", g)
+			}
+		}
+		if len(parts) > 1 && !slices.Contains(c.Cgroups[:i], strings.Join(parts[:len(parts)-1], "/")) {
+			return fmt.Errorf("netlab: cgroup %q: its parent is not listed before it", g)
 		}
 	}
 	return c.validateCPUs()

@@ -22,7 +22,7 @@ import (
 
 func TestConfigValidate(t *testing.T) {
 	good := Config{Hosts: []string{"a", "b", "c"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b", "c"}}},
-		Bottlenecks: []Bottleneck{{Link: "l", To: "c", Rate: 1e9, Buffer: 1 << 16}}, Cgroups: []string{"g"}}
+		Bottlenecks: []Bottleneck{{Link: "l", To: "c", Rate: 1e9, Buffer: 1 << 16}}, Cgroups: []string{"g", "g/c"}}
 	if err := good.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -31,21 +31,23 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]Config{
-		"no hosts":         {},
-		"repeated host":    {Hosts: []string{"a", "a"}},
-		"bad host":         {Hosts: []string{"A-b"}},
-		"long host":        {Hosts: []string{"abcdefghijklmnopq"}},
-		"unknown host":     {Hosts: []string{"a"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}},
-		"one-host link":    {Hosts: []string{"a"}, Links: []Link{{Name: "l", Hosts: []string{"a"}}}},
-		"bad bottleneck":   {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, Bottlenecks: []Bottleneck{{Link: "l", To: "x", Rate: 1, Buffer: 1}}},
-		"no rate":          {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, Bottlenecks: []Bottleneck{{Link: "l", To: "b", Buffer: 1}}},
-		"bad cgroup name":  {Hosts: []string{"a"}, Cgroups: []string{"../x"}},
-		"cpus of nothing":  {Hosts: []string{"a"}, CPUs: map[string][]int{"x": {0}}},
-		"cpus of a pair":   {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, CPUs: map[string][]int{"l": {0}}},
-		"cpus ambiguous":   {Hosts: []string{"a", "b", "l"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b", "l"}}}, CPUs: map[string][]int{"l": {0}}},
-		"no cpus":          {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {}}},
-		"negative cpu":     {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {-1}}},
-		"cpu out of range": {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {maxCPU}}},
+		"no hosts":          {},
+		"repeated host":     {Hosts: []string{"a", "a"}},
+		"bad host":          {Hosts: []string{"A-b"}},
+		"long host":         {Hosts: []string{"abcdefghijklmnopq"}},
+		"unknown host":      {Hosts: []string{"a"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}},
+		"one-host link":     {Hosts: []string{"a"}, Links: []Link{{Name: "l", Hosts: []string{"a"}}}},
+		"bad bottleneck":    {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, Bottlenecks: []Bottleneck{{Link: "l", To: "x", Rate: 1, Buffer: 1}}},
+		"no rate":           {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, Bottlenecks: []Bottleneck{{Link: "l", To: "b", Buffer: 1}}},
+		"bad cgroup name":   {Hosts: []string{"a"}, Cgroups: []string{"../x"}},
+		"orphan cgroup":     {Hosts: []string{"a"}, Cgroups: []string{"p/x", "p"}},
+		"empty cgroup part": {Hosts: []string{"a"}, Cgroups: []string{"p", "p//x"}},
+		"cpus of nothing":   {Hosts: []string{"a"}, CPUs: map[string][]int{"x": {0}}},
+		"cpus of a pair":    {Hosts: []string{"a", "b"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b"}}}, CPUs: map[string][]int{"l": {0}}},
+		"cpus ambiguous":    {Hosts: []string{"a", "b", "l"}, Links: []Link{{Name: "l", Hosts: []string{"a", "b", "l"}}}, CPUs: map[string][]int{"l": {0}}},
+		"no cpus":           {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {}}},
+		"negative cpu":      {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {-1}}},
+		"cpu out of range":  {Hosts: []string{"a"}, CPUs: map[string][]int{"a": {maxCPU}}},
 	} {
 		if err := c.validate(); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -30,7 +30,10 @@ func TBFBurst(rateBps uint64) int { return max(int(rateBps/8*2/1000), 64<<10) }
 // device's limit (class 1:1, the default); otherwise each class carries the
 // TCP/UDP destination ports listed (u32 filters), and the rest is
 // unlimited. A class with Leaf set has a tbf of that rate under an
-// unlimited htb class instead of an htb rate (tbf per class).
+// unlimited htb class instead of an htb rate (tbf per class). A class
+// with Parent set is a child of an earlier class: it is guaranteed its Rate
+// and borrows what its siblings leave of the parent's up to its Ceil, as
+// `tc class add ... parent 1:P htb rate R ceil C prio N` sets it up.
 type HTB struct{ Classes []HTBClass }
 
 // HTBClass is one class of an HTB.
@@ -38,6 +41,14 @@ type HTBClass struct {
 	Rate  uint64 // bits/s
 	Ports []int  // destination ports classified into it
 	Leaf  *TBF   // a tbf under the class instead of the class's own rate
+	// Ceil is the most the class may take by borrowing from its parent
+	// (0: Rate, no borrowing).
+	Ceil uint64
+	// Prio orders borrowing among siblings (htb's prio, 0 first, to 7).
+	Prio int
+	// Parent is the class's parent: 0 the root, i+1 Classes[i] (which
+	// must come before it and carry no ports of its own).
+	Parent int
 }
 
 // NoQdisc removes the root qdisc (back to the default).
@@ -131,8 +142,19 @@ func (h HTB) install(nh *netlink.Handle, link netlink.Link) error {
 		if c.Leaf != nil {
 			rate = 100e9 // unlimited: the tbf under it limits
 		}
-		cl := netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: root, Handle: id},
-			netlink.HtbClassAttrs{Rate: rate, Ceil: rate})
+		ceil := max(c.Ceil, rate)
+		parent := root
+		if c.Parent > 0 {
+			if c.Parent > i || h.Classes[c.Parent-1].Leaf != nil || len(h.Classes[c.Parent-1].Ports) > 0 {
+				return fmt.Errorf("htb class %d: parent %d is not an earlier class without ports or leaf", i, c.Parent)
+			}
+			parent = netlink.MakeHandle(1, uint16(10+c.Parent-1))
+		}
+		if c.Prio < 0 || c.Prio > 7 {
+			return fmt.Errorf("htb class %d: prio %d out of range 0..7", i, c.Prio)
+		}
+		cl := netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: parent, Handle: id},
+			netlink.HtbClassAttrs{Rate: rate, Ceil: ceil, Prio: uint32(c.Prio)})
 		if err := nh.ClassAdd(cl); err != nil {
 			return fmt.Errorf("htb class 1:%d: %w", minor, err)
 		}

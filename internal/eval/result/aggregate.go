@@ -185,6 +185,7 @@ func figures(run *Run) []figure {
 		lkf("overlimits", false, func(l *Link) float64 { return float64(l.Overlimits) }, func(l *Link, v float64) { l.Overlimits = round(v) })
 		lkf("backlog_max_bytes", false, func(l *Link) float64 { return float64(l.BacklogMax) }, func(l *Link, v float64) { l.BacklogMax = round(v) })
 	}
+	fs = append(fs, timelineFigures(run)...)
 	if run.BPF != nil {
 		bf := func(field string, get func(*BPFCost) float64, set func(*BPFCost, float64)) {
 			fs = append(fs, figure{name: "bpf/" + field,
@@ -250,6 +251,7 @@ func clone(r *Run) Run {
 		}
 		out.BPF = &b
 	}
+	out.Timeline = r.Timeline.clone()
 	out.Diagnoses = nil
 	out.Notes = slices.Clone(r.Notes)
 	out.Repetitions, out.Spread = nil, nil

@@ -73,6 +73,90 @@ type Run struct {
 	Spread      []Stat `json:"spread,omitempty"`
 
 	Capture *Capture `json:"capture,omitempty"` // hbm eval --capture
+
+	// Timeline is each source group's rate over the window, for scenarios
+	// with a timeline (borrowing); a run of repetitions keeps the first
+	// completed one's rates, and the medians of their phase figures.
+	Timeline *Timeline `json:"timeline,omitempty"`
+}
+
+// Timeline is the rate of each source group over a run's window, in short
+// windows, counted on the wire at the receivers, and the figures of its
+// phases (the spans between the starts and stops of flows).
+type Timeline struct {
+	WindowSec float64 `json:"window_s"`
+	// Source says where the bytes were counted, e.g. "IP bytes of TCP and
+	// UDP packets received by rcv on wire, per group's server port".
+	Source string          `json:"source"`
+	Groups []TimelineGroup `json:"groups"`
+	Phases []Phase         `json:"phases"`
+	Fair   *Fair           `json:"fair,omitempty"`
+	// Dropped are packets the counting sockets lost (their rates are low
+	// by that much).
+	Dropped int64 `json:"dropped,omitempty"`
+}
+
+// TimelineGroup is one group's limits and its rate in each window.
+type TimelineGroup struct {
+	Name         string `json:"name"`
+	GuaranteeBps uint64 `json:"guarantee_bps,omitempty"` // its egress rate
+	CeilBps      uint64 `json:"ceil_bps,omitempty"`      // it borrows up to this
+	Priority     string `json:"priority,omitempty"`
+	Lender       string `json:"lender,omitempty"`
+	LenderBps    uint64 `json:"lender_bps,omitempty"`
+	// RatesBps are the IP bits per second of each window from the
+	// window's start.
+	RatesBps []float64 `json:"rates_bps"`
+}
+
+// Phase is a span of the window with one set of active groups.
+type Phase struct {
+	StartSec float64  `json:"start_s"`
+	EndSec   float64  `json:"end_s"`
+	Active   []string `json:"active"`
+	// MeasuredFrom and MeasuredTo are the span of the groups' figures (the
+	// timeline's settle after the start, to 200 ms before the end); no
+	// figures if it is shorter than a window.
+	MeasuredFromSec float64      `json:"measured_from_s"`
+	MeasuredToSec   float64      `json:"measured_to_s"`
+	Groups          []PhaseGroup `json:"groups,omitempty"`
+}
+
+// PhaseGroup is an active group's rate over a phase, against what it is
+// due: its weighted max-min share (the guarantees, then what the lender
+// has left to the groups that want more, higher priority first, in
+// proportion to their guarantees, up to their ceilings), its guarantee and
+// its lender's rate.
+type PhaseGroup struct {
+	Name        string  `json:"name"`
+	RateBps     float64 `json:"rate_bps"`
+	ShareBps    float64 `json:"share_bps,omitempty"`
+	OfShare     float64 `json:"of_share,omitempty"`
+	OfGuarantee float64 `json:"of_guarantee,omitempty"`
+	OfLender    float64 `json:"of_lender,omitempty"`
+	// Joined: the group starts in this phase. WakeMs is then how long
+	// after its first data it holds 0.9 of its guarantee for three windows
+	// in a row; nil if it never did within the phase.
+	Joined bool     `json:"joined,omitempty"`
+	WakeMs *float64 `json:"wake_ms,omitempty"`
+}
+
+// Fair compares each active group's rate with its weighted max-min share
+// in windows of WindowSec (from the settle after each phase's start).
+type Fair struct {
+	WindowSec float64 `json:"window_s"`
+	Samples   int     `json:"samples"` // group-windows compared
+	// Within5 is the fraction of them within 5% of the share; MedianDev
+	// and P90Dev the median and 90th percentile of |rate / share - 1|.
+	Within5   float64 `json:"within_5pct"`
+	MedianDev float64 `json:"median_dev"`
+	P90Dev    float64 `json:"p90_dev"`
+	// LinkUse is the lenders' mean use (their borrowers' rates over the
+	// lender's) over the LinkWindows windows in which the borrowers'
+	// demand (their ceilings) exceeded the lender; LinkUseMin the least.
+	LinkUse     float64 `json:"link_use"`
+	LinkUseMin  float64 `json:"link_use_min"`
+	LinkWindows int     `json:"link_windows"`
 }
 
 // Stat is one figure over a run's completed repetitions. Names are paths:

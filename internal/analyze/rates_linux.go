@@ -1,0 +1,158 @@
+package analyze
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Rates counts, on one interface, the IP bytes of the TCP and UDP packets
+// it receives, per destination port, in windows of a fixed width from an
+// origin: the rate of each traffic class over time as the wire delivered
+// it (what `tcpdump -w` and a script summing IP lengths per port and
+// window would give), without writing a capture. Packets the interface
+// sends are not counted.
+type Rates struct {
+	fd       int
+	origin   int64 // Unix ns
+	width    int64 // ns
+	ports    map[uint16][]uint64
+	first    map[uint16]int64 // Unix ns of the first packet of over 1000 bytes
+	done     chan error
+	stopping atomic.Bool
+}
+
+// RatesStats is what a rate count saw.
+type RatesStats struct {
+	Packets int64 // counted
+	Dropped int64 // lost by the socket (receive buffer full)
+}
+
+// StartRates counts the packets interface dev of network namespace ns
+// ("" for the caller's) receives toward ports, in windows of width from
+// origin (earlier packets are not counted).
+func StartRates(ns, dev string, ports []uint16, origin time.Time, width time.Duration) (*Rates, error) {
+	if width <= 0 {
+		return nil, errors.New("rates: window width must be positive")
+	}
+	var fd int
+	err := inNetns(ns, func() error {
+		ifc, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		fd, err = packetSocket(ifc.Index)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rates on %s: %w", dev, err)
+	}
+	r := &Rates{fd: fd, origin: origin.UnixNano(), width: int64(width), ports: map[uint16][]uint64{},
+		first: map[uint16]int64{}, done: make(chan error, 1)}
+	for _, p := range ports {
+		r.ports[p] = nil
+	}
+	go r.loop()
+	return r, nil
+}
+
+// maxWindows bounds a count's memory (an hour of 10 ms windows is 360,000).
+const maxWindows = 1 << 20
+
+// windowOf is the window of a packet at Unix ns t (-1: before the origin).
+func (r *Rates) windowOf(t int64) int {
+	if t < r.origin {
+		return -1
+	}
+	return int((t - r.origin) / r.width)
+}
+
+// count adds one packet (an Ethernet frame's first bytes, as received at
+// Unix ns t): IPv4 TCP or UDP toward a counted port.
+func (r *Rates) count(frame []byte, t int64) bool {
+	if len(frame) < 14+20+4 || binary.BigEndian.Uint16(frame[12:14]) != 0x0800 {
+		return false
+	}
+	ip := frame[14:]
+	ihl := int(ip[0]&15) * 4
+	if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl+4 || (ip[9] != unix.IPPROTO_TCP && ip[9] != unix.IPPROTO_UDP) {
+		return false
+	}
+	port := binary.BigEndian.Uint16(ip[ihl+2 : ihl+4])
+	bins, ok := r.ports[port]
+	if !ok {
+		return false
+	}
+	n := binary.BigEndian.Uint16(ip[2:4])
+	if _, seen := r.first[port]; !seen && n > 1000 {
+		r.first[port] = t
+	}
+	w := r.windowOf(t)
+	if w < 0 || w >= maxWindows {
+		return false
+	}
+	for len(bins) <= w {
+		bins = append(bins, 0)
+	}
+	bins[w] += uint64(n)
+	r.ports[port] = bins
+	return true
+}
+
+func (r *Rates) loop() {
+	buf := make([]byte, 96)
+	oob := make([]byte, 256)
+	for {
+		if r.stopping.Load() {
+			r.done <- nil
+			return
+		}
+		n, oobn, _, from, err := unix.Recvmsg(r.fd, buf, oob, 0)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				if r.stopping.Load() {
+					r.done <- nil
+					return
+				}
+				continue
+			}
+			r.done <- fmt.Errorf("AF_PACKET recvmsg: %w", err)
+			return
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		ts := time.Now().UnixNano()
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, m := range msgs {
+				if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+					ts = int64(binary.NativeEndian.Uint64(m.Data))*1e9 + int64(binary.NativeEndian.Uint64(m.Data[8:]))
+				}
+			}
+		}
+		r.count(buf[:min(n, len(buf))], ts)
+	}
+}
+
+// Stop ends the count (within 50 ms) and returns, per port, the bytes of each window (up to the last with a
+// packet) and the time of its first packet of over 1000 bytes (its first
+// data; zero time if none).
+func (r *Rates) Stop() (bytes map[uint16][]uint64, first map[uint16]time.Time, st RatesStats, err error) {
+	r.stopping.Store(true)
+	err = <-r.done
+	if s, serr := unix.GetsockoptTpacketStats(r.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); serr == nil {
+		st.Dropped = int64(s.Drops)
+		st.Packets = int64(s.Packets) - int64(s.Drops)
+	}
+	unix.Close(r.fd)
+	first = map[uint16]time.Time{}
+	for p, t := range r.first {
+		first[p] = time.Unix(0, t)
+	}
+	return r.ports, first, st, err
+}
