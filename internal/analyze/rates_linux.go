@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,7 +43,7 @@ func StartRates(ns, dev string, ports []uint16, origin time.Time, width time.Dur
 		return nil, errors.New("rates: window width must be positive")
 	}
 	var fd int
-	err := inNetns(ns, func() error {
+	err := inNetnsRestore(ns, func() error {
 		ifc, err := net.InterfaceByName(dev)
 		if err != nil {
 			return err
@@ -63,6 +65,48 @@ func StartRates(ns, dev string, ports []uint16, origin time.Time, width time.Dur
 
 // maxWindows bounds a count's memory (an hour of 10 ms windows is 360,000).
 const maxWindows = 1 << 20
+
+// inNetnsRestore runs fn on this goroutine's OS thread switched into the
+// named network namespace ("" runs it here), then switches the thread back
+// and hands it back to the scheduler. Unlike inNetns it does not end the
+// thread: a thread that ends sends SIGKILL to the children it started
+// with Pdeathsig (netlab's processes), and any thread may have started
+// one. Only if the switch back fails does the thread end with the
+// goroutine that runs fn.
+func inNetnsRestore(name string, fn func() error) error {
+	if name == "" {
+		return fn()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		h, err := netns.GetFromName(name)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open netns %s: %w", name, err)
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter netns %s: %w", name, err)
+			return
+		}
+		err = fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		} // else the thread stays locked and ends with this goroutine
+		errc <- err
+	}()
+	return <-errc
+}
 
 // windowOf is the window of a packet at Unix ns t (-1: before the origin).
 func (r *Rates) windowOf(t int64) int {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/analyze"
+	"github.com/hbm-dev/hbm/internal/eval/report"
 	"github.com/hbm-dev/hbm/internal/eval/result"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -565,4 +568,34 @@ func timelineLine(tl *result.Timeline) []string {
 		out = append(out, fmt.Sprintf("phase %d: %s", i+1, strings.Join(gs, ", ")))
 	}
 	return out
+}
+
+// writeTimelineCharts writes each run's timeline chart to
+// dir/charts/SCENARIO[-VARIANT]-CC-LIMITER.svg.
+func writeTimelineCharts(dir string, res *result.Results) error {
+	charts := filepath.Join(dir, "charts")
+	made := false
+	for i := range res.Runs {
+		run := &res.Runs[i]
+		if run.Timeline == nil {
+			continue
+		}
+		if !made {
+			if err := mkdirNoFollow(charts); err != nil {
+				return err
+			}
+			made = true
+		}
+		parts := []string{run.Scenario, run.Variant, run.CC, run.Limiter}
+		parts = slices.DeleteFunc(parts, func(s string) bool { return s == "" })
+		name := strings.NewReplacer("/", "_", " ", "_", "=", "").Replace(strings.Join(parts, "-")) + ".svg"
+		svg := report.TimelineSVG(run, true)
+		if err := writeFileNoFollow(charts, name, func(w io.Writer) error {
+			_, err := io.WriteString(w, string(svg))
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

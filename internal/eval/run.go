@@ -1226,7 +1226,8 @@ func meta(o Options) result.Meta {
 }
 
 // WriteFiles writes dir/results.json, dir/report.md and dir/report.html
-// (dir is created if missing). Each file is written through a temporary
+// (dir is created if missing), and each run's timeline chart, if it has
+// one, as dir/charts/SCENARIO-CC-LIMITER.svg. Each file is written through a temporary
 // one renamed over it: a symbolic link placed in dir is replaced, never
 // followed.
 func WriteFiles(dir string, res *result.Results) error {
@@ -1241,6 +1242,9 @@ func WriteFiles(dir string, res *result.Results) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	}); err != nil {
+		return err
+	}
+	if err := writeTimelineCharts(dir, res); err != nil {
 		return err
 	}
 	perRun := captureCharts(dir)

@@ -61,7 +61,7 @@ Dashed lines mark limits and, on the latency chart, the 40 ms delayed-ACK and 20
 {{range .Rows}}<tr>{{range $i, $c := .}}<td{{if $t.IsNum $i}} class="num"{{end}}>{{$c}}</td>{{end}}</tr>
 {{end}}</table>
 {{end}}
-{{range .RunCharts}}<h3>Per round trip: {{.Label}}</h3>
+{{range .RunCharts}}<h3>{{.Title}}</h3>
 {{if .Note}}<p>{{.Note}}</p>
 {{end}}<div class="charts">
 {{range .Charts}}{{.}}
@@ -92,7 +92,7 @@ type htmlScenario struct {
 }
 
 type runCharts struct {
-	Label, Note string
+	Title, Note string
 	Charts      []template.HTML
 }
 
@@ -119,11 +119,22 @@ func WriteHTMLPerRun(w io.Writer, r *result.Results, perRun PerRun) error {
 			Name: s.Name, Charts: s.charts(), Tables: s.tables(), NotDone: s.notDone(), Diagnoses: s.diagnoses(),
 		}
 		for _, run := range s.Done {
+			if run.Timeline == nil {
+				continue
+			}
+			note := "Dotted lines: the phases' starts. " + run.Timeline.Source + "."
+			if len(run.Repetitions) > 1 {
+				note = "The first completed repetition. " + note
+			}
+			hs.RunCharts = append(hs.RunCharts, runCharts{Title: "Rate over time: " + runLabel(run), Note: note,
+				Charts: []template.HTML{TimelineSVG(run, false)}})
+		}
+		for _, run := range s.Done {
 			if perRun == nil {
 				break
 			}
 			if charts, note := perRun(run); len(charts) > 0 || note != "" {
-				hs.RunCharts = append(hs.RunCharts, runCharts{Label: runLabel(run), Note: note, Charts: charts})
+				hs.RunCharts = append(hs.RunCharts, runCharts{Title: "Per round trip: " + runLabel(run), Note: note, Charts: charts})
 			}
 		}
 		data.Scenarios = append(data.Scenarios, hs)

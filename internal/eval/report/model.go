@@ -543,6 +543,7 @@ func (s *scenario) tables() []table {
 	if len(s.WebClasses) > 0 {
 		out = append(out, wt)
 	}
+	out = append(out, s.timelineTables()...)
 	return append(out, lc)
 }
 

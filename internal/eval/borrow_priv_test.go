@@ -1,0 +1,97 @@
+package eval
+
+import (
+	"context"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hbm-dev/hbm/internal/netlab"
+)
+
+// TestEvalBorrow runs borrow-1g once under hbm (a alone 3 s, then b joins
+// for 3 s) and checks the scenario's plumbing end to end: the nested
+// groups, their guarantees and ceilings, b's flow started in the middle of
+// the window, the timeline counted at the receiver and its phases. Bounds
+// are generous (the benchmark's medians are 0.97 and 1.01/0.99): a alone
+// above 0.8 of the link, together each within 0.8-1.2 of its guarantee.
+func TestEvalBorrow(t *testing.T) {
+	bin := evalPrereqs(t)
+	scens, err := Load([]string{"borrow-1g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	var log strings.Builder
+	before := netlab.Objects()
+	res, err := Run(ctx, scens, Options{Bin: bin, CCs: []string{"cubic"}, Limiters: []string{"hbm"}, Log: &log})
+	t.Logf("eval:\n%s", log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, before)
+	if len(res.Runs) != 1 || res.Runs[0].Error != "" || res.Runs[0].Skipped != "" {
+		t.Fatalf("runs %+v", res.Runs)
+	}
+	run := &res.Runs[0]
+	tl := run.Timeline
+	if tl == nil || len(tl.Groups) != 2 || len(tl.Phases) != 2 {
+		t.Fatalf("timeline %+v", tl)
+	}
+	for _, g := range tl.Groups {
+		if len(g.RatesBps) != 600 || g.Lender != "p" || g.LenderBps != 1e9 || g.CeilBps != 1e9 {
+			t.Errorf("group %s: %d windows, lender %q %d, ceil %d", g.Name, len(g.RatesBps), g.Lender, g.LenderBps, g.CeilBps)
+		}
+	}
+	// b sends nothing before it joins, and a and b both after.
+	b := tl.Groups[1]
+	var early, late float64
+	for k, v := range b.RatesBps {
+		if k < 290 {
+			early += v
+		} else if k >= 310 {
+			late += v
+		}
+	}
+	if early > 0 || late == 0 {
+		t.Errorf("b's bytes before 2.9 s: %.0f, after 3.1 s: %.0f (want none, then some)", early, late)
+	}
+	p1, p2 := tl.Phases[0], tl.Phases[1]
+	if len(p1.Groups) != 1 || p1.Groups[0].Name != "a" || len(p2.Groups) != 2 {
+		t.Fatalf("phases %+v", tl.Phases)
+	}
+	if a := p1.Groups[0]; a.OfLender < 0.8 || a.OfLender > 1.05 {
+		t.Errorf("a alone: %.3f of the link, want 0.8..1.05", a.OfLender)
+	}
+	for _, g := range p2.Groups {
+		if g.OfGuarantee < 0.8 || g.OfGuarantee > 1.2 {
+			t.Errorf("%s together: %.3f of its guarantee, want 0.8..1.2", g.Name, g.OfGuarantee)
+		}
+	}
+	if g := p2.Groups[1]; g.Name != "b" || !g.Joined || g.WakeMs == nil || *g.WakeMs > 1000 {
+		t.Errorf("b's wake: %+v, want within 1 s", g)
+	}
+	// The flow started mid-window counts in its class: 3 s of about 700
+	// Mbit/s over the 6 s window.
+	for _, c := range run.Classes {
+		if c.Group == "b" && (c.GoodputBps < 0.8*350e6 || c.GoodputBps > 1.2*350e6) {
+			t.Errorf("b's goodput over the window %.1f Mbit/s, want about 350", c.GoodputBps/1e6)
+		}
+	}
+	// The files: the chart is a well-formed SVG of its own.
+	dir := t.TempDir()
+	if err := WriteFiles(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "charts", "borrow-1g-cubic-hbm.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal(svg, new(struct{})); err != nil || !strings.Contains(string(svg), `xmlns="http://www.w3.org/2000/svg"`) {
+		t.Errorf("chart: %v: %.200s", err, svg)
+	}
+}
