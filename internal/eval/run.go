@@ -964,6 +964,9 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		if c := s.Cgroup(g); c != nil && lim != "none" {
 			if grp.Dir == "egress" {
 				grp.LimitBps = c.EgressBps
+				if c.EgressCeilBps > 0 { // a borrower: the most it may take (its guarantee is in the timeline)
+					grp.LimitBps = c.EgressCeilBps
+				}
 			} else {
 				grp.LimitBps = c.IngressBps
 			}
