@@ -9,15 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hbm-dev/hbm/internal/eval/result"
 	"github.com/hbm-dev/hbm/internal/netlab"
 )
 
-// TestEvalBorrow runs borrow-1g once under hbm (a alone 3 s, then b joins
-// for 3 s) and checks the scenario's plumbing end to end: the nested
-// groups, their guarantees and ceilings, b's flow started in the middle of
-// the window, the timeline counted at the receiver and its phases. Bounds
-// are generous (the benchmark's medians are 0.97 and 1.01/0.99): a alone
-// above 0.8 of the link, together each within 0.8-1.2 of its guarantee.
+// TestEvalBorrow runs borrow-1g once under hbm and once under htb (a alone
+// 3 s, then b joins for 3 s) and checks the scenario's plumbing end to end:
+// the nested groups, their guarantees and ceilings (hbm set --egress-ceil;
+// htb's class tree), b's flow started in the middle of the window, the
+// timeline counted at the receiver and its phases. Bounds are generous
+// (the benchmark's medians are 0.97 and 1.00/0.99 for hbm, 0.94 and
+// 0.96/0.95 for htb): a alone above 0.8 of the link, together each within
+// 0.8-1.2 of its guarantee.
 func TestEvalBorrow(t *testing.T) {
 	bin := evalPrereqs(t)
 	scens, err := Load([]string{"borrow-1g"})
@@ -28,16 +31,40 @@ func TestEvalBorrow(t *testing.T) {
 	defer cancel()
 	var log strings.Builder
 	before := netlab.Objects()
-	res, err := Run(ctx, scens, Options{Bin: bin, CCs: []string{"cubic"}, Limiters: []string{"hbm"}, Log: &log})
+	res, err := Run(ctx, scens, Options{Bin: bin, CCs: []string{"cubic"}, Limiters: []string{"hbm", "htb"}, Log: &log})
 	t.Logf("eval:\n%s", log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	assertClean(t, before)
-	if len(res.Runs) != 1 || res.Runs[0].Error != "" || res.Runs[0].Skipped != "" {
-		t.Fatalf("runs %+v", res.Runs)
+	if len(res.Runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(res.Runs))
 	}
-	run := &res.Runs[0]
+	for i := range res.Runs {
+		run := &res.Runs[i]
+		if run.Error != "" || run.Skipped != "" {
+			t.Errorf("%s: error %q skipped %q", run.Limiter, run.Error, run.Skipped)
+			continue
+		}
+		t.Run(run.Limiter, func(t *testing.T) { checkBorrowRun(t, run) })
+	}
+	// The files: the charts are well-formed SVGs of their own.
+	dir := t.TempDir()
+	if err := WriteFiles(dir, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, lim := range []string{"hbm", "htb"} {
+		svg, err := os.ReadFile(filepath.Join(dir, "charts", "borrow-1g-cubic-"+lim+".svg"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := xml.Unmarshal(svg, new(struct{})); err != nil || !strings.Contains(string(svg), `xmlns="http://www.w3.org/2000/svg"`) {
+			t.Errorf("chart: %v: %.200s", err, svg)
+		}
+	}
+}
+
+func checkBorrowRun(t *testing.T, run *result.Run) {
 	tl := run.Timeline
 	if tl == nil || len(tl.Groups) != 2 || len(tl.Phases) != 2 {
 		t.Fatalf("timeline %+v", tl)
@@ -81,17 +108,5 @@ func TestEvalBorrow(t *testing.T) {
 		if c.Group == "b" && (c.GoodputBps < 0.8*350e6 || c.GoodputBps > 1.2*350e6) {
 			t.Errorf("b's goodput over the window %.1f Mbit/s, want about 350", c.GoodputBps/1e6)
 		}
-	}
-	// The files: the chart is a well-formed SVG of its own.
-	dir := t.TempDir()
-	if err := WriteFiles(dir, res); err != nil {
-		t.Fatal(err)
-	}
-	svg, err := os.ReadFile(filepath.Join(dir, "charts", "borrow-1g-cubic-hbm.svg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := xml.Unmarshal(svg, new(struct{})); err != nil || !strings.Contains(string(svg), `xmlns="http://www.w3.org/2000/svg"`) {
-		t.Errorf("chart: %v: %.200s", err, svg)
 	}
 }
