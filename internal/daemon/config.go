@@ -91,7 +91,8 @@ func (a InvalidAction) String() string { return [...]string{"default", "keep"}[a
 type PodPolicy struct {
 	// Allowed are the hbm.io/<direction>-<option> options pods may set
 	// (no-drop, no-pace, loopback, burst, pace, mark, drop-large,
-	// drop-small). An option not allowed makes the direction invalid.
+	// drop-small, guarantee), and priority (hbm.io/priority, both
+	// directions). An option not allowed makes the direction invalid.
 	Allowed map[string]bool
 	// MaxDuration bounds every duration option (burst, pace, mark,
 	// drop-large, drop-small): a larger value makes the direction invalid.
