@@ -426,6 +426,9 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 		}
 		l := opts
 		l.Rate, l.Ceil = d.rt, d.ceil
+		if l.Ceil == l.Rate {
+			l.Ceil = 0 // a hard cap, as the data plane reads it back (else each pass would see it changed by hand)
+		}
 		t := th
 		if d.name == "ingress" && l.NoDrop { // incast protection: its own defaults
 			t = t.Incast(seen["mark"], seen["burst"])

@@ -113,6 +113,12 @@ func TestParseCeil(t *testing.T) {
 	if e, i := cfg.Rules[0].Egress, cfg.Rules[0].Ingress; e.Ceil != 1e9 || i.Ceil != 0 || e.Priority != dataplane.PriorityLatency {
 		t.Errorf("egress ceiling %v priority %v, ingress %v; want 1gbit latency and none", e.Ceil, e.Priority, i.Ceil)
 	}
+	// A ceiling equal to the rate is a hard cap, declared as the data plane
+	// reads it back (no ceiling): the limit compares equal when adopted.
+	cfg, err = Parse("f", []byte("limits:\n  - cgroup: /a\n    egress: 1gbit\n    egress_ceil: 1gbit\n"))
+	if err != nil || cfg.Rules[0].Egress.Ceil != 0 {
+		t.Errorf("egress_ceil equal to egress: %v %+v, want no ceiling", err, cfg)
+	}
 	for in, want := range map[string]string{
 		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    ingress_ceil: 2gbit\n":  "ingress_ceil: give the rate",
 		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    egress_ceil: 100mbit\n": "below the rate",
