@@ -264,7 +264,8 @@ func newShowCmd() *cobra.Command {
 and packets passed (a GSO packet counts as its segments), packets CE-marked,
 congestion codes returned to TCP (cwr), packets and bytes dropped. For a group
 that may borrow, CEIL is its ceiling and NOW the rate in force (its rate plus
-what it borrows).`,
+what it borrows). PRIO is its borrowing priority (latency, normal, batch:
+who gets what its lender leaves first).`,
 		Example: `  hbm show
   hbm show --json`,
 		Args: cobra.NoArgs,
@@ -314,7 +315,7 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tCEIL\tNOW\tENFORCED\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\tGATED\t")
+	fmt.Fprintln(tw, "CGROUP\tDIR\tRATE\tCEIL\tNOW\tENFORCED\tBYTES\tPACKETS\tMARKED\tCWR\tDROPPED\tDROPPED_BYTES\tGATED\tPRIO\t")
 	for _, e := range es {
 		name := safetext.Quote(e.Cgroup)
 		switch {
@@ -330,12 +331,9 @@ func writeTable(w io.Writer, es []dataplane.Entry) error {
 		ceil, now := "-", "-"
 		if e.Limit.Ceil > e.Limit.Rate {
 			ceil, now = e.Limit.Ceil.String(), e.Stats.InForce.String()
-			if e.Limit.Priority != dataplane.PriorityNormal {
-				ceil += " " + e.Limit.Priority.String()
-			}
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, e.Dir, e.Limit.Rate, ceil, now, enf,
-			e.Stats.Bytes, e.Stats.Packets, e.Stats.Marked, e.Stats.CWR, e.Stats.Dropped, e.Stats.DroppedBytes, e.Stats.Gated)
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t\n", name, e.Dir, e.Limit.Rate, ceil, now, enf,
+			e.Stats.Bytes, e.Stats.Packets, e.Stats.Marked, e.Stats.CWR, e.Stats.Dropped, e.Stats.DroppedBytes, e.Stats.Gated, e.Limit.Priority)
 	}
 	return tw.Flush()
 }

@@ -163,12 +163,12 @@ func TestSetCeilFlags(t *testing.T) {
 }
 
 // TestShowTableCeil: a group that may borrow shows its ceiling and the rate
-// in force; a hard limit shows neither.
+// in force; a hard limit shows neither; each its priority, last.
 func TestShowTableCeil(t *testing.T) {
 	var buf bytes.Buffer
 	err := writeTable(&buf, []dataplane.Entry{
 		{CgroupID: 1, Cgroup: "/p/a", Dir: dataplane.Egress, Enforced: true,
-			Limit: dataplane.Limit{Rate: 120e6, Ceil: 400e6}, Stats: dataplane.Stats{InForce: 380e6}},
+			Limit: dataplane.Limit{Rate: 120e6, Ceil: 400e6, Priority: dataplane.PriorityLatency}, Stats: dataplane.Stats{InForce: 380e6}},
 		{CgroupID: 2, Cgroup: "/q", Dir: dataplane.Egress, Enforced: true,
 			Limit: dataplane.Limit{Rate: 1e9}, Stats: dataplane.Stats{InForce: 1e9}},
 	})
@@ -179,10 +179,13 @@ func TestShowTableCeil(t *testing.T) {
 	if len(lines) < 3 || !strings.Contains(lines[0], "CEIL") || !strings.Contains(lines[0], "NOW") {
 		t.Fatalf("table:\n%s", buf.String())
 	}
-	if f := strings.Fields(lines[1]); len(f) < 6 || f[2] != "120mbit" || f[3] != "400mbit" || f[4] != "380mbit" {
-		t.Errorf("borrowing row %q, want RATE 120mbit CEIL 400mbit NOW 380mbit", lines[1])
+	if f := strings.Fields(lines[1]); len(f) != 14 || f[2] != "120mbit" || f[3] != "400mbit" || f[4] != "380mbit" || f[13] != "latency" {
+		t.Errorf("borrowing row %q, want RATE 120mbit CEIL 400mbit NOW 380mbit ... PRIO latency", lines[1])
 	}
-	if f := strings.Fields(lines[2]); len(f) < 6 || f[3] != "-" || f[4] != "-" {
-		t.Errorf("hard limit row %q, want CEIL and NOW -", lines[2])
+	if f := strings.Fields(lines[2]); len(f) != 14 || f[3] != "-" || f[4] != "-" || f[13] != "normal" {
+		t.Errorf("hard limit row %q, want CEIL and NOW - ... PRIO normal", lines[2])
+	}
+	if f := strings.Fields(lines[0]); len(f) != 14 || f[13] != "PRIO" {
+		t.Errorf("header %q, want PRIO last", lines[0])
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"regexp"
@@ -90,7 +91,8 @@ func (a InvalidAction) String() string { return [...]string{"default", "keep"}[a
 type PodPolicy struct {
 	// Allowed are the hbm.io/<direction>-<option> options pods may set
 	// (no-drop, no-pace, loopback, burst, pace, mark, drop-large,
-	// drop-small). An option not allowed makes the direction invalid.
+	// drop-small, guarantee), and priority (hbm.io/priority, both
+	// directions). An option not allowed makes the direction invalid.
 	Allowed map[string]bool
 	// MaxDuration bounds every duration option (burst, pace, mark,
 	// drop-large, drop-small): a larger value makes the direction invalid.
@@ -104,13 +106,55 @@ type PodPolicy struct {
 	// group are honoured. When false, the limits it applied first stay
 	// (also when the annotations are removed) until the pod goes.
 	FollowEdits bool
+	// Classes: the operator's defaults per QoS class (the file's
+	// qos_classes:, keyed by QOSClasses' names), for the pods of that class
+	// whose annotations do not say otherwise. None by default.
+	Classes map[string]ClassDefault
+}
+
+// QOSClasses are Kubernetes' QoS classes, spelt as status.qosClass spells
+// them (and the file's qos_classes: keys).
+var QOSClasses = []string{"Guaranteed", "Burstable", "BestEffort"}
+
+// ClassDefault is what the pods of one QoS class get where their own
+// annotations are silent: a priority (hbm.io/priority), and a guarantee per
+// direction (hbm.io/<direction>-guarantee) as a share of the pod's bandwidth
+// annotation, which stays its ceiling. A pod's own annotation, where the
+// policy allows it (allowed_options), replaces the class's.
+type ClassDefault struct {
+	Priority    dataplane.Priority
+	HasPriority bool // Priority given (normal is a value)
+	// EgressGuarantee, IngressGuarantee: percent (0 < p <= 100) of the
+	// pod's bandwidth annotation; 0: none (the annotation is a hard cap).
+	EgressGuarantee, IngressGuarantee float64
+}
+
+// Guarantee is the class's guarantee for a pod whose bandwidth annotation
+// in direction d is r: its share of r, rounded down, at least hbm's
+// minimum rate; 0 when the class gives none.
+func (c ClassDefault) Guarantee(d dataplane.Direction, r rate.Rate) rate.Rate {
+	pct := c.EgressGuarantee
+	if d == dataplane.Ingress {
+		pct = c.IngressGuarantee
+	}
+	if pct <= 0 {
+		return 0
+	}
+	if pct >= 100 {
+		return r
+	}
+	g := rate.Rate(math.Floor(float64(r) * pct / 100))
+	return min(max(g, rate.Min), r)
 }
 
 // PodOptions are the hbm.io/ option names, and SafePodOptions the ones
 // pods may set by default: every option but no-drop, which lifts the limit
-// for UDP and other traffic that cannot be marked.
+// for UDP and other traffic that cannot be marked, and priority (the pod's
+// place in the order in which borrowers get what lenders leave: the
+// operator's to hand out, and a pod on a node that does not say keeps
+// today's behaviour).
 var (
-	PodOptions     = []string{"burst", "drop-large", "drop-small", "guarantee", "loopback", "mark", "no-drop", "no-pace", "pace"}
+	PodOptions     = []string{"burst", "drop-large", "drop-small", "guarantee", "loopback", "mark", "no-drop", "no-pace", "pace", "priority"}
 	SafePodOptions = []string{"burst", "drop-large", "drop-small", "guarantee", "loopback", "mark", "no-pace", "pace"}
 )
 
@@ -382,6 +426,9 @@ func (p parser) rule(n *yaml.Node) (Rule, error) {
 		}
 		l := opts
 		l.Rate, l.Ceil = d.rt, d.ceil
+		if l.Ceil == l.Rate {
+			l.Ceil = 0 // a hard cap, as the data plane reads it back (else each pass would see it changed by hand)
+		}
 		t := th
 		if d.name == "ingress" && l.NoDrop { // incast protection: its own defaults
 			t = t.Incast(seen["mark"], seen["burst"])
@@ -456,7 +503,7 @@ func (p parser) selector(r *Rule, key string, v *yaml.Node) error {
 // podPolicy parses the kubernetes: section.
 func (p parser) podPolicy(pol *PodPolicy, n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
-		return p.errf(n, "kubernetes: want a mapping (allowed_options:, max_option_duration:, invalid:, default_egress:, default_ingress:, follow_edits:)")
+		return p.errf(n, "kubernetes: want a mapping (allowed_options:, max_option_duration:, invalid:, default_egress:, default_ingress:, follow_edits:, qos_classes:)")
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -465,7 +512,7 @@ func (p parser) podPolicy(pol *PodPolicy, n *yaml.Node) error {
 			return p.errf(k, "kubernetes: %s given twice", k.Value)
 		}
 		seen[k.Value] = true
-		if k.Value != "allowed_options" && (v.Kind != yaml.ScalarNode || v.Tag == "!!null") {
+		if k.Value != "allowed_options" && k.Value != "qos_classes" && (v.Kind != yaml.ScalarNode || v.Tag == "!!null") {
 			return p.errf(v, "kubernetes: %s: want a value", k.Value)
 		}
 		switch k.Value {
@@ -511,9 +558,87 @@ func (p parser) podPolicy(pol *PodPolicy, n *yaml.Node) error {
 				return p.errf(v, "kubernetes: follow_edits: want true or false, not %q", v.Value)
 			}
 			pol.FollowEdits = b
+		case "qos_classes":
+			classes, err := p.qosClasses(v)
+			if err != nil {
+				return err
+			}
+			pol.Classes = classes
 		default:
-			return p.errf(k, "kubernetes: unknown field %q (fields: allowed_options, max_option_duration, invalid, default_egress, default_ingress, follow_edits)", k.Value)
+			return p.errf(k, "kubernetes: unknown field %q (fields: allowed_options, max_option_duration, invalid, default_egress, default_ingress, follow_edits, qos_classes)", k.Value)
 		}
 	}
 	return nil
+}
+
+// qosClasses parses kubernetes: qos_classes:, a mapping from QoS class to
+// its defaults:
+//
+//	qos_classes:
+//	  Guaranteed: {priority: latency}
+//	  BestEffort: {priority: batch, egress_guarantee: 10%}
+func (p parser) qosClasses(n *yaml.Node) (map[string]ClassDefault, error) {
+	classes := strings.Join(QOSClasses, ", ")
+	if n.Kind != yaml.MappingNode {
+		return nil, p.errf(n, "kubernetes: qos_classes: want a mapping from QoS class (%s) to its defaults", classes)
+	}
+	out := map[string]ClassDefault{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if !slices.Contains(QOSClasses, k.Value) {
+			return nil, p.errf(k, "kubernetes: qos_classes: %q is not a QoS class (classes: %s, as status.qosClass spells them)", k.Value, classes)
+		}
+		if _, dup := out[k.Value]; dup {
+			return nil, p.errf(k, "kubernetes: qos_classes: %s given twice", k.Value)
+		}
+		what := "kubernetes: qos_classes: " + k.Value
+		if v.Kind != yaml.MappingNode || len(v.Content) == 0 {
+			return nil, p.errf(v, "%s: want a mapping with priority:, egress_guarantee: and/or ingress_guarantee:", what)
+		}
+		var c ClassDefault
+		seen := map[string]bool{}
+		for j := 0; j+1 < len(v.Content); j += 2 {
+			fk, fv := v.Content[j], v.Content[j+1]
+			if seen[fk.Value] {
+				return nil, p.errf(fk, "%s: %s given twice", what, fk.Value)
+			}
+			seen[fk.Value] = true
+			if fv.Kind != yaml.ScalarNode || fv.Tag == "!!null" {
+				return nil, p.errf(fv, "%s: %s: want a value", what, fk.Value)
+			}
+			switch fk.Value {
+			case "priority":
+				pr, err := dataplane.ParsePriority(fv.Value)
+				if err != nil {
+					return nil, p.errf(fv, "%s: %v", what, err)
+				}
+				c.Priority, c.HasPriority = pr, true
+			case "egress_guarantee", "ingress_guarantee":
+				pct, err := parsePercent(fv.Value)
+				if err != nil {
+					return nil, p.errf(fv, "%s: %s: %v", what, fk.Value, err)
+				}
+				if fk.Value == "egress_guarantee" {
+					c.EgressGuarantee = pct
+				} else {
+					c.IngressGuarantee = pct
+				}
+			default:
+				return nil, p.errf(fk, "%s: unknown field %q (fields: priority, egress_guarantee, ingress_guarantee)", what, fk.Value)
+			}
+		}
+		out[k.Value] = c
+	}
+	return out, nil
+}
+
+// parsePercent reads a class's guarantee: a share of the pod's bandwidth
+// annotation, "50%" (above 0, at most 100).
+func parsePercent(s string) (float64, error) {
+	num, ok := strings.CutSuffix(s, "%")
+	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if !ok || err != nil || math.IsNaN(v) || v <= 0 || v > 100 {
+		return 0, fmt.Errorf("want a share of the pod's bandwidth annotation such as 50%% (above 0%%, at most 100%%), not %q", s)
+	}
+	return v, nil
 }

@@ -113,6 +113,12 @@ func TestParseCeil(t *testing.T) {
 	if e, i := cfg.Rules[0].Egress, cfg.Rules[0].Ingress; e.Ceil != 1e9 || i.Ceil != 0 || e.Priority != dataplane.PriorityLatency {
 		t.Errorf("egress ceiling %v priority %v, ingress %v; want 1gbit latency and none", e.Ceil, e.Priority, i.Ceil)
 	}
+	// A ceiling equal to the rate is a hard cap, declared as the data plane
+	// reads it back (no ceiling): the limit compares equal when adopted.
+	cfg, err = Parse("f", []byte("limits:\n  - cgroup: /a\n    egress: 1gbit\n    egress_ceil: 1gbit\n"))
+	if err != nil || cfg.Rules[0].Egress.Ceil != 0 {
+		t.Errorf("egress_ceil equal to egress: %v %+v, want no ceiling", err, cfg)
+	}
 	for in, want := range map[string]string{
 		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    ingress_ceil: 2gbit\n":  "ingress_ceil: give the rate",
 		"limits:\n  - cgroup: /a\n    egress: 1gbit\n    egress_ceil: 100mbit\n": "below the rate",
@@ -246,12 +252,55 @@ func TestParsePodPolicy(t *testing.T) {
 		{"kubernetes:\n  default_egress: 1k\n", "f:2: kubernetes: default_egress:"},
 		{"kubernetes:\n  follow_edits: yes please\n", "f:2: kubernetes: follow_edits:"},
 		{"kubernetes:\n  colour: red\n", "f:2: kubernetes: unknown field \"colour\""},
+		{"kubernetes:\n  qos_classes: [Burstable]\n", "f:2: kubernetes: qos_classes: want a mapping"},
+		{"kubernetes:\n  qos_classes:\n    burstable: {priority: batch}\n", "f:3: kubernetes: qos_classes: \"burstable\" is not a QoS class"},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {priority: urgent}\n", "f:3: kubernetes: qos_classes: Burstable: priority \"urgent\": want latency, normal or batch"},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {egress_guarantee: 150%}\n", "f:3: kubernetes: qos_classes: Burstable: egress_guarantee: want a share"},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {egress_guarantee: 0%}\n", "egress_guarantee: want a share"},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {ingress_guarantee: 300M}\n", "ingress_guarantee: want a share"},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {ingress_guarantee: NaN%}\n", "ingress_guarantee: want a share"},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {ceiling: 1G}\n", "f:3: kubernetes: qos_classes: Burstable: unknown field \"ceiling\""},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {}\n", "f:3: kubernetes: qos_classes: Burstable: want a mapping"},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {priority: batch}\n    Burstable: {priority: latency}\n", "Burstable given twice"},
+		{"kubernetes:\n  qos_classes:\n    Burstable: {priority: batch, priority: latency}\n", "priority given twice"},
 		{"limits:\n  - cgroup: /a\n    egress: 1mbit\n    max_groups: 3\n", "max_groups: only for glob:"},
 		{"limits:\n  - glob: /a/*\n    egress: 1mbit\n    max_groups: 0\n", "max_groups: want 1 to 65536"},
 	} {
 		if _, err := Parse("f", []byte(c.body)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.body, err, c.want)
 		}
+	}
+	// Defaults per QoS class.
+	cfg, err = Parse("f", []byte(`kubernetes:
+  allowed_options: [guarantee, priority]
+  qos_classes:
+    Guaranteed: {priority: latency}
+    Burstable:
+      egress_guarantee: 50%
+      ingress_guarantee: 12.5%
+    BestEffort: {priority: batch, egress_guarantee: 10%}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := cfg.Pods.Classes
+	if len(cl) != 3 || cl["Guaranteed"] != (ClassDefault{Priority: dataplane.PriorityLatency, HasPriority: true}) ||
+		cl["Burstable"] != (ClassDefault{EgressGuarantee: 50, IngressGuarantee: 12.5}) ||
+		cl["BestEffort"] != (ClassDefault{Priority: dataplane.PriorityBatch, HasPriority: true, EgressGuarantee: 10}) ||
+		!cfg.Pods.Allowed["priority"] || cfg.Pods.Allowed["burst"] {
+		t.Errorf("qos_classes: %+v", cfg.Pods)
+	}
+	if g := cl["Burstable"].Guarantee(dataplane.Ingress, 1e9); g != 125e6 {
+		t.Errorf("12.5%% of 1gbit: %v", g)
+	}
+	if g := cl["Burstable"].Guarantee(dataplane.Egress, rate.Min); g != rate.Min {
+		t.Errorf("50%% of the minimum rate: %v, want the minimum", g)
+	}
+	if g := cl["Guaranteed"].Guarantee(dataplane.Egress, 1e9); g != 0 {
+		t.Errorf("no class guarantee: %v", g)
+	}
+	if DefaultPodPolicy().Classes != nil || DefaultPodPolicy().Allowed["priority"] {
+		t.Errorf("default policy: class defaults or priority allowed")
 	}
 	cfg, err = Parse("f", []byte("limits:\n  - glob: /a/*\n    egress: 1mbit\n  - glob: /b/*\n    egress: 1mbit\n    max_groups: 5\n"))
 	if err != nil || cfg.Rules[0].MaxGroups != DefaultMaxGroups || cfg.Rules[1].MaxGroups != 5 {

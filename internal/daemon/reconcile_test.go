@@ -270,3 +270,48 @@ func TestResolveGlobCap(t *testing.T) {
 		t.Errorf("capped %q over %d", res.Capped, res.OverCap)
 	}
 }
+
+// TestReconcileBorrowing: a limit's guarantee, ceiling and priority are part
+// of it: a pod's class default or priority annotation that changes only the
+// priority (or only the ceiling) changes the limit in place; one that
+// matches is kept; a priority changed by hand is the operator's.
+func TestReconcileBorrowing(t *testing.T) {
+	E := dataplane.Egress
+	borrow := func(r, ceil rate.Rate, p dataplane.Priority) dataplane.Limit {
+		l := lim(r)
+		l.Ceil, l.Priority = ceil, p
+		return l
+	}
+	latency := borrow(100e6, 1e9, dataplane.PriorityLatency)
+	desired := map[Key]Target{}
+	for i, l := range []dataplane.Limit{
+		latency, // 1: was normal: changed
+		latency, // 2: as it is: kept
+		latency, // 3: was hard-capped at the ceiling (no class yet): changed
+		latency, // 4: owned, its priority changed by hand: the operator's
+	} {
+		k, tg := tgt(uint64(i+1), fmt.Sprintf("/p%d", i+1), E, l.Rate)
+		tg.Limit = l
+		desired[k] = tg
+	}
+	normal := borrow(100e6, 1e9, dataplane.PriorityNormal)
+	actual := []Observed{
+		{Key: Key{1, E}, Rel: "/p1", Limit: normal},
+		{Key: Key{2, E}, Rel: "/p2", Limit: latency},
+		{Key: Key{3, E}, Rel: "/p3", Limit: lim(1e9)},
+		{Key: Key{4, E}, Rel: "/p4", Limit: borrow(100e6, 1e9, dataplane.PriorityBatch)},
+	}
+	owned := map[Key]Record{{1, E}: RecordOf(nil, normal), {2, E}: RecordOf(nil, latency), {3, E}: RecordOf(nil, lim(1e9)), {4, E}: RecordOf(nil, latency)}
+	p := Reconcile("/mnt", desired, actual, owned)
+	var ops []string
+	for _, op := range p.Ops {
+		ops = append(ops, op.Group.Rel)
+		if len(op.Changes) != 1 || *op.Changes[0].Limit != latency || len(op.Own) != 1 || !op.Own[0].Record.Matches(latency) {
+			t.Errorf("%s: changes %+v, records %+v, want the latency limit", op.Group.Rel, op.Changes, op.Own)
+		}
+	}
+	if !slices.Equal(ops, []string{"/p1", "/p3"}) || p.Kept != 1 || len(p.TakenOver) != 1 || len(p.Conflicts) != 1 ||
+		!strings.Contains(p.Conflicts[0], "/p4") {
+		t.Errorf("ops on %q, kept %d, taken over %q, conflicts %q; want /p1 and /p3 changed, /p2 kept, /p4 the operator's", ops, p.Kept, p.TakenOver, p.Conflicts)
+	}
+}

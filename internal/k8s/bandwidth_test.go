@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/rate"
 )
 
@@ -99,6 +100,12 @@ func TestParseLimits(t *testing.T) {
 		l.Egress.Rate != 300e6 || l.Egress.Ceil != 1e9 {
 		t.Errorf("guarantee: %+v %v", l.Egress, err)
 	}
+	// A priority: both directions.
+	if l, err := ParseLimits(map[string]string{"kubernetes.io/egress-bandwidth": "1G", "kubernetes.io/ingress-bandwidth": "1G",
+		"hbm.io/egress-guarantee": "300M", "hbm.io/priority": "batch"}); err != nil ||
+		l.Egress.Priority != dataplane.PriorityBatch || l.Ingress.Priority != dataplane.PriorityBatch {
+		t.Errorf("priority: %+v %+v %v", l.Egress, l.Ingress, err)
+	}
 	if l, err := ParseLimits(map[string]string{"other": "x"}); err != nil || !l.Empty() {
 		t.Errorf("no annotations: %+v %v", l, err)
 	}
@@ -113,6 +120,8 @@ func TestParseLimits(t *testing.T) {
 		"hbm.io/ingress-mark=-1ms":              "want a duration",
 		"hbm.io/ingress-guarantee=2G":           "above the bandwidth",
 		"hbm.io/ingress-guarantee=fast":         "want a quantity",
+		"hbm.io/priority=urgent":                "want latency, normal or batch",
+		"hbm.io/ingress-priority=batch":         "write hbm.io/priority",
 	} {
 		k, v, _ := strings.Cut(ann, "=")
 		m := map[string]string{"kubernetes.io/ingress-bandwidth": "1G", k: v}

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -23,14 +24,21 @@ import (
 //	hbm.io/ingress-mark: "200us"      # thresholds, in time of queue at the rate
 //	hbm.io/egress-burst: "8ms"
 //	hbm.io/egress-guarantee: "300M"   # guaranteed; the bandwidth annotation is then the ceiling
+//	hbm.io/priority: "latency"        # the pod's, both directions: who borrows first
 //
 // Options: no-drop, no-pace, loopback (true/false); burst, pace, mark,
 // drop-large, drop-small (durations); guarantee (a quantity, as the
 // bandwidth annotation: the pod is guaranteed it and borrows up to its
 // bandwidth annotation what the other groups under the nearest limited
 // group above it leave). An option for a direction without a bandwidth
-// annotation has no effect.
+// annotation has no effect. One annotation names no direction,
+// hbm.io/priority (latency, normal or batch: `hbm set --priority`, the
+// daemon file's priority:), since a group has one priority: it applies to
+// both directions' limits.
 const OptionPrefix = "hbm.io/"
+
+// PriorityAnnotation is the pod's borrowing priority (option "priority").
+const PriorityAnnotation = OptionPrefix + "priority"
 
 type optionKind int
 
@@ -48,13 +56,23 @@ var options = map[string]optionKind{
 	"guarantee": rateOption,
 }
 
+// dirOptionNames lists the options of hbm.io/<direction>-, for messages.
+const dirOptionNames = "burst, drop-large, drop-small, guarantee, loopback, mark, no-drop, no-pace, pace"
+
+// directionless is the message for a priority written per direction.
+func directionless(k string) string {
+	return fmt.Sprintf("%s: a pod's priority applies to both directions: write %s", k, PriorityAnnotation)
+}
+
 // dirOptions are the options given for one direction.
 type dirOptions struct {
-	limit     dataplane.Limit // Loopback, NoDrop, NoPace
-	guarantee rate.Rate       // 0: none (the bandwidth is a hard cap)
-	th        rate.Thresholds // the defaults, with the ones given replaced
-	given     map[string]bool // the threshold options given
-	ingress   bool            // the ingress direction's options
+	limit       dataplane.Limit // Loopback, NoDrop, NoPace
+	guarantee   rate.Rate       // 0: none (the bandwidth is a hard cap)
+	guaranteed  bool            // guarantee given by an annotation
+	prioritySet bool            // limit.Priority given by an annotation
+	th          rate.Thresholds // the defaults, with the ones given replaced
+	given       map[string]bool // the threshold options given
+	ingress     bool            // the ingress direction's options
 }
 
 func defaultOptions() dirOptions {
@@ -79,6 +97,14 @@ func parseOptions(annotations map[string]string) (egress, ingress dirOptions, er
 		name := strings.TrimPrefix(k, OptionPrefix)
 		var o *dirOptions
 		switch {
+		case k == PriorityAnnotation:
+			pr, err := dataplane.ParsePriority(v)
+			if err != nil {
+				return egress, ingress, fmt.Errorf("%s: %w", k, err)
+			}
+			egress.limit.Priority, ingress.limit.Priority = pr, pr
+			egress.prioritySet, ingress.prioritySet = true, true
+			continue
 		case strings.HasPrefix(name, "egress-"):
 			o, name = &egress, strings.TrimPrefix(name, "egress-")
 		case strings.HasPrefix(name, "ingress-"):
@@ -87,8 +113,11 @@ func parseOptions(annotations map[string]string) (egress, ingress dirOptions, er
 			return egress, ingress, fmt.Errorf("%s: unknown annotation: want %segress-OPTION or %singress-OPTION", k, OptionPrefix, OptionPrefix)
 		}
 		kind, ok := options[name]
+		if name == "priority" {
+			return egress, ingress, errors.New(directionless(k))
+		}
 		if !ok {
-			return egress, ingress, fmt.Errorf("%s: unknown option %q (options: burst, drop-large, drop-small, guarantee, loopback, mark, no-drop, no-pace, pace)", k, name)
+			return egress, ingress, fmt.Errorf("%s: unknown option %q (options: %s)", k, name, dirOptionNames)
 		}
 		switch kind {
 		case boolOption:
@@ -113,7 +142,7 @@ func parseOptions(annotations map[string]string) (egress, ingress dirOptions, er
 			if err != nil {
 				return egress, ingress, fmt.Errorf("%s: %w", k, err)
 			}
-			o.guarantee = r
+			o.guarantee, o.guaranteed = r, true
 		}
 	}
 	return egress, ingress, nil
@@ -144,8 +173,10 @@ func (o dirOptions) build(r rate.Rate) (dataplane.Limit, error) {
 		if o.guarantee > r {
 			return l, fmt.Errorf("guarantee %v above the bandwidth %v (its ceiling)", o.guarantee, r)
 		}
-		l.Rate, l.Ceil = o.guarantee, r
-		r = o.guarantee
+		if o.guarantee < r { // equal: a hard cap, as the data plane reads it back (Ceil 0)
+			l.Rate, l.Ceil = o.guarantee, r
+			r = o.guarantee
+		}
 	}
 	t := o.th
 	if o.ingress && l.NoDrop { // incast protection: its own defaults

@@ -27,8 +27,12 @@ type Judged struct {
 	Problems []string
 }
 
-// Judge turns a pod's annotations into limits under pol. Each direction is
-// judged on its own: its bandwidth annotation and its hbm.io/ options. A
+// Judge turns the annotations of a pod of QoS class qos into limits under
+// pol. Each direction is judged on its own: its bandwidth annotation and its
+// hbm.io/ options (hbm.io/priority counts for both). Where the pod's
+// annotations give no guarantee or no priority, its class's defaults in
+// pol.Classes (if any) give them; a pod's own annotation, allowed by pol,
+// replaces the class's. A
 // rate outside what hbm enforces (kubelet accepts 1k to 1P, hbm 8k to 400G)
 // is clamped to the nearest it enforces. A direction whose bandwidth
 // annotation does not parse, or whose options are unknown, malformed, not
@@ -36,8 +40,9 @@ type Judged struct {
 // invalid annotation: the node's default limit, or (keep) the limit it had,
 // else the default. Never unlimited. Options of a direction without a
 // bandwidth annotation have no effect (a problem is still reported).
-func Judge(ann map[string]string, pol daemon.PodPolicy) Judged {
+func Judge(ann map[string]string, qos corev1.PodQOSClass, pol daemon.PodPolicy) Judged {
 	var j Judged
+	class := pol.Classes[string(qos)]
 	type dirState struct {
 		name     string
 		dir      dataplane.Direction
@@ -91,6 +96,24 @@ func Judge(ann map[string]string, pol daemon.PodPolicy) Judged {
 	sort.Strings(keys)
 	for _, k := range keys {
 		v := ann[k]
+		if k == PriorityAnnotation { // the pod's: both directions
+			var problem string
+			pr, err := dataplane.ParsePriority(v)
+			switch {
+			case !pol.Allowed["priority"]:
+				problem = fmt.Sprintf("%s: not allowed on this node (the operator allows: %s)", k, allowedList(pol))
+			case err != nil:
+				problem = fmt.Sprintf("%s: %v", k, err)
+			}
+			for _, c := range dirs {
+				if problem != "" {
+					c.invalid = append(c.invalid, problem)
+					continue
+				}
+				c.opts.limit.Priority, c.opts.prioritySet = pr, true
+			}
+			continue
+		}
 		var d *dirState
 		for _, c := range dirs {
 			if strings.HasPrefix(k, c.prefixed) {
@@ -106,8 +129,11 @@ func Judge(ann map[string]string, pol daemon.PodPolicy) Judged {
 		name := strings.TrimPrefix(k, d.prefixed)
 		kind, ok := options[name]
 		switch {
+		case name == "priority":
+			d.invalid = append(d.invalid, directionless(k))
+			continue
 		case !ok:
-			d.invalid = append(d.invalid, fmt.Sprintf("%s: unknown option %q (options: %s)", k, name, strings.Join(daemon.PodOptions, ", ")))
+			d.invalid = append(d.invalid, fmt.Sprintf("%s: unknown option %q (options: %s; and %s)", k, name, dirOptionNames, PriorityAnnotation))
 			continue
 		case !pol.Allowed[name]:
 			d.invalid = append(d.invalid, fmt.Sprintf("%s: not allowed on this node (the operator allows: %s)", k, allowedList(pol)))
@@ -143,7 +169,16 @@ func Judge(ann map[string]string, pol daemon.PodPolicy) Judged {
 				d.invalid = append(d.invalid, fmt.Sprintf("%s: %v", k, err))
 				continue
 			}
-			d.opts.guarantee = r
+			d.opts.guarantee, d.opts.guaranteed = r, true
+		}
+	}
+	for _, d := range dirs {
+		// The class's defaults, where the pod's annotations are silent.
+		if !d.opts.guaranteed {
+			d.opts.guarantee = class.Guarantee(d.dir, d.rate)
+		}
+		if !d.opts.prioritySet && class.HasPriority {
+			d.opts.limit.Priority = class.Priority
 		}
 	}
 	for _, d := range dirs {

@@ -219,7 +219,7 @@ func (s *Source) Pods() ([]daemon.PodDecl, []string) {
 		if !relevant(p) && pol.FollowEdits {
 			continue
 		}
-		j := Judge(p.Annotations, pol)
+		j := Judge(p.Annotations, QOSClass(p), pol)
 		if j.Egress == nil && j.Ingress == nil && !j.KeepEgress && !j.KeepIngress {
 			continue
 		}
@@ -284,7 +284,7 @@ func (s *Source) observe(oldObj, obj any) {
 func (s *Source) report(p *corev1.Pod, key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	j := Judge(p.Annotations, s.policy)
+	j := Judge(p.Annotations, QOSClass(p), s.policy)
 	if len(j.Problems) == 0 {
 		delete(s.reported, p.UID)
 		return

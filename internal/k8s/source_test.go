@@ -17,6 +17,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/hbm-dev/hbm/internal/daemon"
+	"github.com/hbm-dev/hbm/internal/dataplane"
 	"github.com/hbm-dev/hbm/internal/rate"
 )
 
@@ -143,6 +144,22 @@ func TestSource(t *testing.T) {
 	case <-src.Changed():
 		t.Error("a status update of a pod without annotations signalled a pass")
 	case <-time.After(300 * time.Millisecond):
+	}
+
+	// A policy with class defaults (SetPolicy, as on a reload): a's
+	// class (Burstable, from its status) gives it a guarantee and a
+	// priority, and a pass is signalled.
+	drain()
+	cp := pol
+	cp.Classes = map[string]daemon.ClassDefault{"Burstable": {Priority: dataplane.PriorityBatch, HasPriority: true, EgressGuarantee: 25}}
+	src.SetPolicy(cp)
+	select {
+	case <-src.Changed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no signal after a new policy")
+	}
+	if p := byName()["a"]; p.Egress == nil || p.Egress.Rate != 75e6 || p.Egress.Ceil != 300e6 || p.Egress.Priority != dataplane.PriorityBatch {
+		t.Errorf("a under Burstable's defaults: %+v, want 75M guaranteed up to 300M, batch", p.Egress)
 	}
 
 	// No kubepods group yet: nothing declared, the root watched.

@@ -38,17 +38,21 @@ type Labels func() map[uint64]GroupLabels
 // GroupCollector turns the data plane's limits into per group and direction
 // series, labelled group (the cgroup path), direction, unit (empty unless
 // the limit was declared for a systemd unit), namespace and pod (empty
-// unless it was declared by a Kubernetes pod's annotations). Groups that
+// unless it was declared by a Kubernetes pod's annotations); the priority
+// is hbm_group_priority_info's label priority. Groups that
 // were removed or whose path cannot be found are left out (their only name
 // is an id).
 type GroupCollector struct {
 	list   Lister
 	labels Labels
 
-	bytes, packets, marked, cwr, dropped, droppedBytes, gated, limit, ceil, inForce *prometheus.Desc
+	bytes, packets, marked, cwr, dropped, droppedBytes, gated, limit, ceil, inForce, priority *prometheus.Desc
 }
 
 var groupLabels = []string{"group", "direction", "unit", "namespace", "pod"}
+
+// priorityLabels are an info series' labels: the group's and its priority.
+var priorityLabels = append(append([]string{}, groupLabels...), "priority")
 
 // NewGroupCollector returns a collector reading list; labels may be nil.
 func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
@@ -70,12 +74,15 @@ func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
 		limit:   d("hbm_group_limit_bytes_per_second", "The group's limit in the direction, in bytes per second at the IP level (hbm set's rate / 8): what it is guaranteed, where it has a ceiling."),
 		ceil:    d("hbm_group_ceil_bytes_per_second", "The most the group may take by borrowing, in bytes per second at the IP level (the limit where it has no ceiling)."),
 		inForce: d("hbm_group_rate_in_force_bytes_per_second", "The rate in force: the limit, plus what the group borrows now (at most its ceiling)."),
+		// Info style (always 1, the class a label): a class has no order
+		// a number would carry, and the other series keep their labels.
+		priority: prometheus.NewDesc("hbm_group_priority_info", "The group's borrowing priority in the direction (label priority: latency, normal or batch; latency borrows first); always 1.", priorityLabels, nil),
 	}
 }
 
 // Describe sends the descriptors.
 func (c *GroupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.marked, c.cwr, c.dropped, c.droppedBytes, c.gated, c.limit, c.ceil, c.inForce} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.packets, c.marked, c.cwr, c.dropped, c.droppedBytes, c.gated, c.limit, c.ceil, c.inForce, c.priority} {
 		ch <- d
 	}
 }
@@ -121,6 +128,7 @@ func (c *GroupCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.ceil, prometheus.GaugeValue, ceil.BytesPerSecond(), lv...)
 		ch <- prometheus.MustNewConstMetric(c.inForce, prometheus.GaugeValue, inForce.BytesPerSecond(), lv...)
+		ch <- prometheus.MustNewConstMetric(c.priority, prometheus.GaugeValue, 1, append(lv, e.Limit.Priority.String())...)
 	}
 }
 

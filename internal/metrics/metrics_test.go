@@ -29,7 +29,7 @@ func entries() []dataplane.Entry {
 		{CgroupID: 3, Gone: true, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}}, // removed: no series
 		{CgroupID: 4, Dir: dataplane.Egress, Limit: dataplane.Limit{Rate: 1e9}},             // unresolved: no series
 		{CgroupID: 5, Cgroup: "/kubepods.slice/kubepods-pod1.slice", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 200e6}},
-		{CgroupID: 6, Cgroup: "/tenants/a", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 100e6, Ceil: 1e9},
+		{CgroupID: 6, Cgroup: "/tenants/a", Dir: dataplane.Egress, Enforced: true, Limit: dataplane.Limit{Rate: 100e6, Ceil: 1e9, Priority: dataplane.PriorityLatency},
 			Stats: dataplane.Stats{InForce: 400e6}},
 	}
 }
@@ -70,6 +70,8 @@ func TestGroupMetrics(t *testing.T) {
 		`hbm_group_limit_bytes_per_second{direction="egress",group="/tenants/a",namespace="",pod="",unit=""} 1.25e+07`,
 		`hbm_group_ceil_bytes_per_second{direction="egress",group="/tenants/a",namespace="",pod="",unit=""} 1.25e+08`,
 		`hbm_group_rate_in_force_bytes_per_second{direction="egress",group="/tenants/a",namespace="",pod="",unit=""} 5e+07`,
+		`hbm_group_priority_info{direction="egress",group="/tenants/a",namespace="",pod="",priority="latency",unit=""} 1`,
+		`hbm_group_priority_info{direction="egress",group="/batch",namespace="",pod="",priority="normal",unit=""} 1`,
 		`hbm_group_bytes_total{direction="ingress",group="/system.slice/nginx.service",namespace="",pod="",unit="nginx.service"} 0`,
 		`hbm_group_limit_bytes_per_second{direction="egress",group="/kubepods.slice/kubepods-pod1.slice",namespace="shop",pod="web-0",unit=""} 2.5e+07`,
 		`hbm_build_info{goversion=`,

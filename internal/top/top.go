@@ -32,6 +32,10 @@ type Row struct {
 	MarksPS float64   // CE marks and cwr returns per second
 	DropsPS float64   // drops per second
 	New     bool      // no earlier reading: rates unknown
+	// Guarantee, Ceil: the group's limit and ceiling where it may borrow
+	// (0: a hard cap, Limit); Priority its borrowing class.
+	Guarantee, Ceil rate.Rate
+	Priority        dataplane.Priority
 }
 
 // Rows compares two samples. Groups with no earlier reading (new limits)
@@ -57,9 +61,12 @@ func Rows(prev, cur Sample) []Row {
 		}
 		// A group that borrows is limited by its rate in force (its rate
 		// plus what it borrows now), not by its guarantee.
-		r := Row{Group: name, Dir: e.Dir, Limit: e.Limit.Rate}
-		if e.Limit.Ceil > e.Limit.Rate && e.Stats.InForce > r.Limit {
-			r.Limit = e.Stats.InForce
+		r := Row{Group: name, Dir: e.Dir, Limit: e.Limit.Rate, Priority: e.Limit.Priority}
+		if e.Limit.Ceil > e.Limit.Rate {
+			r.Guarantee, r.Ceil = e.Limit.Rate, e.Limit.Ceil
+			if e.Stats.InForce > r.Limit {
+				r.Limit = e.Stats.InForce
+			}
 		}
 		o, ok := old[key{e.CgroupID, e.Dir}]
 		// A counter that went back: the limit was re-created in between.
@@ -90,13 +97,21 @@ func Render(w io.Writer, rows []Row, at time.Time, interval time.Duration) error
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "CGROUP\tDIR\tLIMIT\tRATE\tUSE\t\tMARKS/S\tDROPS/S\t")
+	// LIMIT is what holds the group now (its rate in force where it
+	// borrows); GUARANTEE and CEIL are a borrower's bounds ("-": a hard
+	// cap), PRIO its class.
+	fmt.Fprintln(tw, "CGROUP\tDIR\tLIMIT\tRATE\tUSE\t\tMARKS/S\tDROPS/S\tGUARANTEE\tCEIL\tPRIO\t")
 	for _, r := range rows {
+		guar, ceil := "-", "-"
+		if r.Ceil != 0 {
+			guar, ceil = r.Guarantee.String(), r.Ceil.String()
+		}
 		if r.New {
-			fmt.Fprintf(tw, "%s\t%v\t%v\t-\t-\t\t-\t-\t\n", safetext.Quote(r.Group), r.Dir, r.Limit)
+			fmt.Fprintf(tw, "%s\t%v\t%v\t-\t-\t\t-\t-\t%s\t%s\t%v\t\n", safetext.Quote(r.Group), r.Dir, r.Limit, guar, ceil, r.Priority)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%.0f%%\t%s\t%.0f\t%.0f\t\n", safetext.Quote(r.Group), r.Dir, r.Limit, human(r.Bps), 100*r.Use, bar(r.Use, 20), r.MarksPS, r.DropsPS)
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%.0f%%\t%s\t%.0f\t%.0f\t%s\t%s\t%v\t\n", safetext.Quote(r.Group), r.Dir, r.Limit, human(r.Bps), 100*r.Use, bar(r.Use, 20), r.MarksPS, r.DropsPS,
+			guar, ceil, r.Priority)
 	}
 	return tw.Flush()
 }

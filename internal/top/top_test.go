@@ -2,6 +2,7 @@ package top
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,12 +105,31 @@ func TestRenderHostileNames(t *testing.T) {
 func TestRowsBorrowing(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	e0 := entry(1, "/p/a", 0, 0, 0, 0)
-	e0.Limit = dataplane.Limit{Rate: 100e6, Ceil: 1e9}
+	e0.Limit = dataplane.Limit{Rate: 100e6, Ceil: 1e9, Priority: dataplane.PriorityBatch}
 	e1 := e0
 	e1.Stats.Bytes = 100e6 // 400 Mbit/s over 2 s
 	e1.Stats.InForce = 800e6
-	rows := Rows(Sample{At: t0, Entries: []dataplane.Entry{e0}}, Sample{At: t0.Add(2 * time.Second), Entries: []dataplane.Entry{e1}})
-	if len(rows) != 1 || rows[0].Limit != 800e6 || rows[0].Use != 0.5 {
-		t.Errorf("rows %+v, want limit 800mbit (in force) and use 0.5", rows)
+	h0 := entry(2, "/q", 0, 0, 0, 0)
+	h0.Limit.Rate = 1e9
+	rows := Rows(Sample{At: t0, Entries: []dataplane.Entry{e0, h0}}, Sample{At: t0.Add(2 * time.Second), Entries: []dataplane.Entry{e1, h0}})
+	if len(rows) != 2 || rows[0].Limit != 800e6 || rows[0].Use != 0.5 || rows[0].Guarantee != 100e6 || rows[0].Ceil != 1e9 ||
+		rows[0].Priority != dataplane.PriorityBatch {
+		t.Fatalf("rows %+v, want limit 800mbit (in force), use 0.5, guarantee 100mbit, ceiling 1gbit, batch", rows)
+	}
+	// The frame: the first columns as before (hbm top's readers parse
+	// them), then GUARANTEE, CEIL and PRIO ("-" for a hard cap).
+	var buf bytes.Buffer
+	Render(&buf, rows, t0, time.Second)
+	var got [][]string
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && (f[0] == "CGROUP" || strings.HasPrefix(f[0], "/")) {
+			got = append(got, f)
+		}
+	}
+	if len(got) != 3 || !slices.Equal(got[0][len(got[0])-3:], []string{"GUARANTEE", "CEIL", "PRIO"}) ||
+		!slices.Equal(got[1][:5], []string{"/p/a", "egress", "800mbit", "400.0mbit", "50%"}) ||
+		!slices.Equal(got[1][len(got[1])-3:], []string{"100mbit", "1gbit", "batch"}) ||
+		!slices.Equal(got[2][len(got[2])-3:], []string{"-", "-", "normal"}) {
+		t.Errorf("frame:\n%s", buf.String())
 	}
 }

@@ -357,6 +357,21 @@ func TestKubernetes(t *testing.T) {
 	// A guarantee under its bandwidth annotation, the ceiling.
 	lend := l.createPod(podSpec{name: "lend", qos: corev1.PodQOSBestEffort, ann: map[string]string{
 		"kubernetes.io/egress-bandwidth": "400M", "hbm.io/egress-guarantee": "100M"}})
+	// Borrowing from annotations and from the operator's QoS class
+	// defaults (the policy below: Guaranteed latency; BestEffort batch with
+	// 20% of its bandwidth guaranteed): prio sets its own priority and
+	// guarantee; classy (BestEffort) has only a bandwidth and gets its
+	// class's; badprio names no priority hbm knows.
+	prio := l.createPod(podSpec{name: "prio", qos: corev1.PodQOSBurstable, ann: map[string]string{
+		"kubernetes.io/egress-bandwidth": "200M", "hbm.io/egress-guarantee": "50M", "hbm.io/priority": "latency"}})
+	classy := l.createPod(podSpec{name: "classy", qos: corev1.PodQOSBestEffort, ann: map[string]string{
+		"kubernetes.io/egress-bandwidth": "400M"}})
+	badprio := l.createPod(podSpec{name: "badprio", qos: corev1.PodQOSBurstable, ann: map[string]string{
+		"kubernetes.io/egress-bandwidth": "100M", "hbm.io/priority": "urgent"}})
+	prioCg, classyCg, badprioCg := cg(corev1.PodQOSBurstable, prio), cg(corev1.PodQOSBestEffort, classy), cg(corev1.PodQOSBurstable, badprio)
+	for _, c := range []string{prioCg, classyCg, badprioCg} {
+		l.mkCgroup(c)
+	}
 	webG := l.mkCgroup(cg(corev1.PodQOSBurstable, web))
 	dbCg := cg(corev1.PodQOSGuaranteed, db)
 	l.mkCgroup(dbCg)
@@ -370,16 +385,51 @@ func TestKubernetes(t *testing.T) {
 	// The operator's policy: no-drop allowed (db and late use it); an
 	// invalid annotation keeps the pod's previous limit, else the node's
 	// default (10 Mbit/s): bad gets the default, never unlimited.
-	policy := writeFile(t, "hbm.yaml", "kubernetes:\n  allowed_options: [no-drop, no-pace, loopback, burst, pace, mark, drop-large, drop-small, guarantee]\n  invalid: keep\n  default_egress: 10mbit\n  default_ingress: 10mbit\n")
+	policy := writeFile(t, "hbm.yaml", `kubernetes:
+  allowed_options: [no-drop, no-pace, loopback, burst, pace, mark, drop-large, drop-small, guarantee, priority]
+  invalid: keep
+  default_egress: 10mbit
+  default_ingress: 10mbit
+  qos_classes:
+    Guaranteed: {priority: latency}
+    BestEffort: {priority: batch, egress_guarantee: 20%}
+`)
 	metricsPort := freePort(t)
 	d := l.startDaemon(sdRoot, metricsPort, "--config", policy)
 	want := map[string]uint64{webG.Rel + " egress": 200e6, webG.Rel + " ingress": 1e9, dbCg + " egress": 100e6, badCg + " egress": 10e6,
-		lendCg + " egress": 100e6}
+		lendCg + " egress": 100e6, prioCg + " egress": 50e6, classyCg + " egress": 80e6, badprioCg + " egress": 10e6}
 	l.expectRates("first pass", want, 10*time.Second)
 	if !l.enforced(dbCg, "egress") {
 		t.Errorf("db: egress limit not enforced (hbm show --json)")
 	}
 	l.expectEvent("bad", "quantities must match the regular expression")
+	l.expectEvent("badprio", `hbm.io/priority: priority "urgent": want latency, normal or batch`)
+	// Guarantee, ceiling and priority as hbm show --json reports them: the
+	// pod's own annotations (prio; lend's guarantee over its class's 20%),
+	// its class's (classy; db, Guaranteed), neither (web: Burstable has no
+	// defaults: as without a policy), the node's default (badprio).
+	st, err := l.hbm.Show()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type borrow struct {
+		rate, ceil uint64
+		prio       string
+	}
+	gotB := map[string]borrow{}
+	for _, g := range st {
+		if g.Egress != nil {
+			gotB[g.Cgroup] = borrow{g.Egress.RateBps, g.Egress.CeilBps, g.Egress.Priority}
+		}
+	}
+	for cgp, w := range map[string]borrow{
+		prioCg: {50e6, 200e6, "latency"}, classyCg: {80e6, 400e6, "batch"}, lendCg: {100e6, 400e6, "batch"},
+		dbCg: {100e6, 0, "latency"}, webG.Rel: {200e6, 0, ""}, badprioCg: {10e6, 0, ""},
+	} {
+		if gotB[cgp] != w {
+			t.Errorf("%s egress: rate, ceiling, priority %+v, want %+v", cgp, gotB[cgp], w)
+		}
+	}
 
 	// Enforced on real traffic from a process in the pod's cgroup.
 	cfg := workload.Config{Addr: tb.ReceiverAddr(netlab.ServerPort, false), Streams: 3, Duration: 120 * time.Second, CC: "cubic"}
@@ -402,6 +452,10 @@ func TestKubernetes(t *testing.T) {
 		// The guarantee is the limit, the bandwidth annotation its ceiling.
 		fmt.Sprintf(`hbm_group_limit_bytes_per_second{direction="egress",group=%q,namespace=%q,pod="lend",unit=""} 1.25e+07`, lendCg, ns),
 		fmt.Sprintf(`hbm_group_ceil_bytes_per_second{direction="egress",group=%q,namespace=%q,pod="lend",unit=""} 5e+07`, lendCg, ns),
+		// Priorities: the pod's own, its class's.
+		fmt.Sprintf(`hbm_group_priority_info{direction="egress",group=%q,namespace=%q,pod="prio",priority="latency",unit=""} 1`, prioCg, ns),
+		fmt.Sprintf(`hbm_group_priority_info{direction="egress",group=%q,namespace=%q,pod="classy",priority="batch",unit=""} 1`, classyCg, ns),
+		fmt.Sprintf(`hbm_group_ceil_bytes_per_second{direction="egress",group=%q,namespace=%q,pod="classy",unit=""} 5e+07`, classyCg, ns),
 	} {
 		if !strings.Contains(m, s) {
 			t.Errorf("metrics lack %s", s)
@@ -438,8 +492,8 @@ func TestKubernetes(t *testing.T) {
 	}
 	d = l.startDaemon(sdRoot, metricsPort, "--config", policy)
 	l.expectRates("restarted", want, 0)
-	if out := d.Out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 5 kept") {
-		t.Errorf("restarted daemon did not adopt the 5 limits as they were (the guarantee and its ceiling included):\n%s", testutil.LastLines(out, 10))
+	if out := d.Out.String(); !strings.Contains(out, "0 applied or changed, 0 removed, 8 kept") {
+		t.Errorf("restarted daemon did not adopt the 8 limits as they were (guarantees, ceilings and priorities included):\n%s", testutil.LastLines(out, 10))
 	}
 
 	// Fixed, then the ingress annotation removed: that limit goes.

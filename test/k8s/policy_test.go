@@ -122,6 +122,27 @@ func TestKubernetesPolicy(t *testing.T) {
 	want[cg(ok)+" egress"] = 900e6
 	delete(want, cg(tiny)+" egress")
 	l.expectRates("edits followed again", want, 10*time.Second)
+
+	// QoS class defaults added by a reload: the pods that say nothing get
+	// their class's guarantee (half their bandwidth, which stays the
+	// ceiling) and priority, in place; an invalid direction keeps the
+	// node's default.
+	writeConfig(base + "  qos_classes:\n    BestEffort: {priority: batch, egress_guarantee: 50%}\n")
+	want[cg(ok)+" egress"] = 450e6
+	want[mirrorCg+" egress"] = 25e6
+	l.expectRates("qos_classes reloaded", want, 10*time.Second)
+	st, err := l.hbm.Show()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range st {
+		if g.Cgroup == cg(ok) && (g.Egress == nil || g.Egress.CeilBps != 900e6 || g.Egress.Priority != "batch") {
+			t.Errorf("ok after the reload: %+v, want ceiling 900M, batch", g.Egress)
+		}
+		if g.Cgroup == cg(unknown) && (g.Egress == nil || g.Egress.CeilBps != 0 || g.Egress.Priority != "") {
+			t.Errorf("unknown (invalid) after the reload: %+v, want the default, no class", g.Egress)
+		}
+	}
 	if out := d.Out.String(); strings.Contains(out, "panic") || strings.Contains(out, "forbidden") {
 		t.Errorf("daemon log:\n%s", out)
 	}
