@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,7 +50,7 @@ func StartCapture(ns, dev, path string, snap int, maxBytes int64) (*Capture, err
 		snap = 128
 	}
 	var fd int
-	err := inNetns(ns, func() error {
+	err := inNetnsRestore(ns, func() error {
 		ifc, err := net.InterfaceByName(dev)
 		if err != nil {
 			return err
@@ -106,32 +104,6 @@ func packetSocket(ifindex int) (int, error) {
 		return -1, fmt.Errorf("AF_PACKET bind: %w", err)
 	}
 	return fd, nil
-}
-
-// inNetns runs fn on an OS thread switched into the named network namespace
-// ("" runs it here). The thread is never handed back to the scheduler (its
-// goroutine exits locked), so nothing else ever runs in the namespace by
-// accident.
-func inNetns(name string, fn func() error) error {
-	if name == "" {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread ends with the goroutine
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", name, err)
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
 }
 
 func (c *Capture) loop() {

@@ -150,14 +150,14 @@ func TestCaptureEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var marker, dropper *impair
-	if err := inNetns(tb.SenderNS, func() (err error) {
+	if err := inNetnsRestore(tb.SenderNS, func() (err error) {
 		marker, err = newImpair(tb.SenderDev, 7, false, ebpf.AttachTCXEgress)
 		return err
 	}); err != nil {
 		testutil.Missing(t, "tcx BPF programs", err)
 	}
 	t.Cleanup(marker.Close)
-	if err := inNetns(tb.ReceiverNS, func() (err error) {
+	if err := inNetnsRestore(tb.ReceiverNS, func() (err error) {
 		dropper, err = newImpair(tb.ReceiverDev, 37, true, ebpf.AttachTCXIngress)
 		return err
 	}); err != nil {
@@ -167,7 +167,7 @@ func TestCaptureEndToEnd(t *testing.T) {
 
 	const total = 8<<20 + 12345 // bytes the application sends
 	var ln net.Listener
-	if err := inNetns(tb.ReceiverNS, func() (err error) {
+	if err := inNetnsRestore(tb.ReceiverNS, func() (err error) {
 		ln, err = net.Listen("tcp4", net.JoinHostPort(tb.ReceiverIP4.String(), "0"))
 		return err
 	}); err != nil {
@@ -205,7 +205,7 @@ func TestCaptureEndToEnd(t *testing.T) {
 		}
 	})
 	var conn *net.TCPConn
-	if err := inNetns(tb.SenderNS, func() error {
+	if err := inNetnsRestore(tb.SenderNS, func() error {
 		d := net.Dialer{Timeout: 10 * time.Second}
 		c, err := d.Dial("tcp4", ln.Addr().String())
 		if err != nil {

@@ -88,10 +88,10 @@ const maxWindows = 1 << 20
 
 // inNetnsRestore runs fn on this goroutine's OS thread switched into the
 // named network namespace ("" runs it here), then switches the thread back
-// and hands it back to the scheduler. Unlike inNetns it does not end the
-// thread: a thread that ends sends SIGKILL to the children it started
-// with Pdeathsig (netlab's processes), and any thread may have started
-// one. Only if the switch back fails does the thread end with the
+// and hands it back to the scheduler, never ending the thread: a thread
+// that ends sends SIGKILL to the children it started with Pdeathsig
+// (netlab's processes), and any thread may have started one (a capture
+// whose thread ended killed eval clients at random). Only if the switch back fails does the thread end with the
 // goroutine that runs fn.
 func inNetnsRestore(name string, fn func() error) error {
 	if name == "" {
