@@ -657,6 +657,12 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		run.Error = err.Error()
 		return run
 	}
+	if left, err := t.settle(ctx); err != nil {
+		run.Error = err.Error()
+		return run
+	} else if left > 0 {
+		run.Notes = append(run.Notes, fmt.Sprintf("the last run's sockets still held %d bytes to send after %v", left, settleLimit))
+	}
 	shapedQ, undo, skip, err := limr.apply(t, eps)
 	defer undo()
 	if skip != "" || err != nil {
