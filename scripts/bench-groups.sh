@@ -47,6 +47,15 @@ LEAF=$TOP/g0/g0/g0
 WORK=$(mktemp -d /tmp/hbm-bench-groups.XXXXXX)
 DAEMON=
 
+# ours: how many limits `hbm show` lists under $TOP (others' limits, if the
+# machine has any, are not counted and never touched).
+ours() {
+	"$HBM" show --json 2>/dev/null | python3 -c '
+import json, sys
+top = sys.argv[1]
+print(sum(1 for l in (json.load(sys.stdin) or []) if l["cgroup"] == top or l["cgroup"].startswith(top + "/")))' "$TOP" 2>/dev/null
+}
+
 # undeclare: the daemon removes what it applied (declare nothing, reload),
 # then stops.
 undeclare() {
@@ -55,7 +64,7 @@ undeclare() {
 	kill -HUP "$DAEMON" 2>/dev/null
 	local i
 	for i in $(seq 600); do
-		[ "$("$HBM" show --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin) or []))' 2>/dev/null)" = 0 ] && break
+		[ "$(ours)" = 0 ] && break
 		sleep 0.5
 	done
 	kill "$DAEMON" 2>/dev/null
@@ -122,7 +131,7 @@ EOF
 	setsid "$HBM" daemon --config "$WORK/hbm.yaml" --metrics 127.0.0.1:0 >"$WORK/daemon.log" 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- </dev/null &
 	DAEMON=$!
 	for i in $(seq 1200); do
-		n=$("$HBM" show --json 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin) or []))' 2>/dev/null)
+		n=$(ours)
 		[ "$n" = "$want" ] && { APPLIED=$(python3 -c "print('%.1f' % ($(date +%s.%N) - $t0))"); return 0; }
 		kill -0 "$DAEMON" 2>/dev/null || break
 		sleep 0.5
