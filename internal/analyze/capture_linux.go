@@ -49,15 +49,7 @@ func StartCapture(ns, dev, path string, snap int, maxBytes int64) (*Capture, err
 	if snap <= 0 {
 		snap = 128
 	}
-	var fd int
-	err := inNetnsRestore(ns, func() error {
-		ifc, err := net.InterfaceByName(dev)
-		if err != nil {
-			return err
-		}
-		fd, err = packetSocket(ifc.Index)
-		return err
-	})
+	fd, err := packetSocketIn(ns, dev)
 	if err != nil {
 		return nil, fmt.Errorf("capture on %s: %w", dev, err)
 	}
@@ -83,6 +75,22 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // packetSocket opens an AF_PACKET socket bound to interface ifindex of the
 // calling thread's network namespace.
+// packetSocketIn opens packetSocket on interface dev of network namespace ns
+// ("" for the caller's); the socket stays bound there once the thread is
+// back in its own namespace.
+func packetSocketIn(ns, dev string) (int, error) {
+	var fd int
+	err := inNetnsRestore(ns, func() error {
+		ifc, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		fd, err = packetSocket(ifc.Index)
+		return err
+	})
+	return fd, err
+}
+
 func packetSocket(ifindex int) (int, error) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 	if err != nil {

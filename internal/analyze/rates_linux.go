@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -42,15 +41,7 @@ func StartRates(ns, dev string, ports []uint16, origin time.Time, width time.Dur
 	if width <= 0 {
 		return nil, errors.New("rates: window width must be positive")
 	}
-	var fd int
-	err := inNetnsRestore(ns, func() error {
-		ifc, err := net.InterfaceByName(dev)
-		if err != nil {
-			return err
-		}
-		fd, err = packetSocket(ifc.Index)
-		return err
-	})
+	fd, err := packetSocketIn(ns, dev)
 	if err != nil {
 		return nil, fmt.Errorf("rates on %s: %w", dev, err)
 	}
