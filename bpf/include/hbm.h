@@ -156,7 +156,8 @@ struct hbm_queue {
 	__u64 win_len_ns;  /* the flow-count window */
 	__u64 ctl_len_ns;  /* the control interval */
 	__u64 ctl_min_ns;  /* ... and its shortest (share_interval_pkts) */
-	__u32 recount;     /* 1: a flow left since the share was computed */
+	__u32 recount;     /* 1: a flow left, or the rate in force changed (lend.h),
+	                    * since the share was computed */
 	__u32 floor_cut;   /* egress: how far the share's floor is lowered, 16-bit
 	                    * fixed point (share.h, floor_steer; 0: not) */
 	__s64 ctl_min_backlog_ns; /* egress: least backlog seen in the control interval
