@@ -10,7 +10,9 @@
  * held_run whether an egress packet may be refused at all (flow_held);
  * protect_run how an egress TCP packet is protected (tx_protected);
  * step_run one step of a group's share loop (share.h, share_step);
- * room_run the room a transfer's first window is given (room.h). */
+ * room_run the room a transfer's first window is given (room.h);
+ * count_run a flow counted in its group's flow-count windows (share.h,
+ * share_count). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -297,6 +299,72 @@ int room_run(struct room_case *c)
 	bpf_spin_lock(&q->lock);
 	c->vtime_ns = q->vtime_ns;
 	c->plan_vt_ns = q->fresh_vt_ns;
+	bpf_spin_unlock(&q->lock);
+	return 0;
+}
+
+/* count_run: one flow's packet counted in a group's flow-count windows
+ * (share_count), on a queue and a socket state kept in maps between runs. */
+#define COUNT_RESET 0 /* the queue's counts zero, its window begun at now_ns, win_ns long; the socket uncounted */
+#define COUNT_PKT   1 /* a packet of the flow at now_ns, of class xfer */
+
+struct count_case {
+	__u64 now_ns;     /* in: the clock */
+	__u64 win_ns;     /* in (reset): the window's length */
+	__u32 op;         /* in: COUNT_* */
+	__u32 xfer;       /* in (packet): the flow is in a transfer */
+	__u32 flows;      /* out: the last window's flow count ... */
+	__u32 flows_now;  /* out: ... and the current one's */
+	__u32 seen;       /* out: the same for the seen counts */
+	__u32 seen_now;
+	__u32 share_flows; /* out: the count the share divides by (share_flows) */
+	__u32 epoch;      /* out: the window's number */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hbm_queue);
+} count_queue SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hbm_sock);
+} count_socks SEC(".maps");
+
+SEC("syscall")
+int count_run(struct count_case *c)
+{
+	struct hbm_config cfg = {};
+	__u32 zero = 0, xfer = c->xfer;
+	__u64 now = c->now_ns;
+	struct hbm_queue *q = bpf_map_lookup_elem(&count_queue, &zero);
+	struct hbm_sock *s = bpf_map_lookup_elem(&count_socks, &zero);
+
+	if (!q || !s)
+		return 1;
+	barrier_var(xfer);
+	bpf_spin_lock(&q->lock);
+	if (c->op == COUNT_RESET) {
+		s->seen[0] = 0;
+		q->flows = q->flows_now = q->seen = q->seen_now = 0;
+		q->bulk = q->bulk_now = q->idled = q->idled_now = 0;
+		q->pkt_max = q->pkt_max_now = 0;
+		q->epoch = 0;
+		q->epoch_ns = now;
+		q->win_len_ns = c->win_ns;
+	} else {
+		share_count(q, &cfg, s, 0, 1514, xfer, now);
+	}
+	c->flows = q->flows;
+	c->flows_now = q->flows_now;
+	c->seen = q->seen;
+	c->seen_now = q->seen_now;
+	c->share_flows = share_flows(q);
+	c->epoch = q->epoch;
 	bpf_spin_unlock(&q->lock);
 	return 0;
 }

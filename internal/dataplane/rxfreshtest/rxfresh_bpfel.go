@@ -13,6 +13,20 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type rxfreshCountCase struct {
+	_          structs.HostLayout
+	NowNs      uint64
+	WinNs      uint64
+	Op         uint32
+	Xfer       uint32
+	Flows      uint32
+	FlowsNow   uint32
+	Seen       uint32
+	SeenNow    uint32
+	ShareFlows uint32
+	Epoch      uint32
+}
+
 type rxfreshHbmClock struct {
 	_        structs.HostLayout
 	Jiffies0 uint64
@@ -279,6 +293,8 @@ type rxfreshStepCase struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	rxfreshMapCountQueue    = "count_queue"
+	rxfreshMapCountSocks    = "count_socks"
 	rxfreshMapHbmClockMap   = "hbm_clock_map"
 	rxfreshMapHbmFlowMap    = "hbm_flow_map"
 	rxfreshMapHbmLimitMap   = "hbm_limit_map"
@@ -290,6 +306,7 @@ const (
 	rxfreshMapHbmWalkMap    = "hbm_walk_map"
 	rxfreshMapRoomQueue     = "room_queue"
 	rxfreshMapRoomSocks     = "room_socks"
+	rxfreshProgCountRun     = "count_run"
 	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
 	rxfreshProgProtectRun   = "protect_run"
@@ -342,6 +359,7 @@ type rxfreshSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rxfreshProgramSpecs struct {
+	CountRun     *ebpf.ProgramSpec `ebpf:"count_run"`
 	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
 	ProtectRun   *ebpf.ProgramSpec `ebpf:"protect_run"`
@@ -356,6 +374,8 @@ type rxfreshProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type rxfreshMapSpecs struct {
+	CountQueue   *ebpf.MapSpec `ebpf:"count_queue"`
+	CountSocks   *ebpf.MapSpec `ebpf:"count_socks"`
 	HbmClockMap  *ebpf.MapSpec `ebpf:"hbm_clock_map"`
 	HbmFlowMap   *ebpf.MapSpec `ebpf:"hbm_flow_map"`
 	HbmLimitMap  *ebpf.MapSpec `ebpf:"hbm_limit_map"`
@@ -395,6 +415,8 @@ func (o *rxfreshObjects) Close() error {
 //
 // It can be passed to loadRxfreshObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rxfreshMaps struct {
+	CountQueue   *ebpf.Map `ebpf:"count_queue"`
+	CountSocks   *ebpf.Map `ebpf:"count_socks"`
 	HbmClockMap  *ebpf.Map `ebpf:"hbm_clock_map"`
 	HbmFlowMap   *ebpf.Map `ebpf:"hbm_flow_map"`
 	HbmLimitMap  *ebpf.Map `ebpf:"hbm_limit_map"`
@@ -410,6 +432,8 @@ type rxfreshMaps struct {
 
 func (m *rxfreshMaps) Close() error {
 	return _RxfreshClose(
+		m.CountQueue,
+		m.CountSocks,
 		m.HbmClockMap,
 		m.HbmFlowMap,
 		m.HbmLimitMap,
@@ -434,6 +458,7 @@ type rxfreshVariables struct {
 //
 // It can be passed to loadRxfreshObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rxfreshPrograms struct {
+	CountRun     *ebpf.Program `ebpf:"count_run"`
 	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
 	ProtectRun   *ebpf.Program `ebpf:"protect_run"`
@@ -446,6 +471,7 @@ type rxfreshPrograms struct {
 
 func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
+		p.CountRun,
 		p.HeldRun,
 		p.LearnRun,
 		p.ProtectRun,
