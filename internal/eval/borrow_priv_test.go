@@ -118,7 +118,7 @@ func checkBorrowRun(t *testing.T, run *result.Run) {
 // guarantees as for the largest: every group's median over its phases
 // within 0.85-1.15 of its due. Before the share followed the rate in force
 // (lend.h, lend_apply) the 20 and 40mbit groups got 0.74 and 0.83 of it
-// (the benchmark's medians since: 0.96-1.01 for every group).
+// (the benchmark's medians since: 0.97-1.01 for every group).
 func TestEvalBorrowTen(t *testing.T) {
 	bin := evalPrereqs(t)
 	scens, err := Load([]string{"borrow-ten"})
