@@ -146,10 +146,6 @@ for l in $LIMITERS; do
 		echo "$l run $r: $row"
 		rows+=("$row")
 	done
-	printf '%s\n' "${rows[@]}" | awk -v c="$l" '
-		{ for (i = 1; i <= 4; i++) v[i, NR] = ($i == "never" ? 1e9 : $i) }
-		function med(i,   a, k, j, t) { for (k = 1; k <= NR; k++) a[k] = v[i, k]
-			for (k = 1; k <= NR; k++) for (j = k + 1; j <= NR; j++) if (a[j] < a[k]) { t = a[k]; a[k] = a[j]; a[j] = t }
-			return sprintf("%s (%s-%s)", a[int((NR + 1) / 2)], a[1], a[NR]) }
-		END { printf "MEDIAN %s: a alone %s, a together %s, b together %s, b wake %s ms\n", c, med(1), med(2), med(3), med(4) }'
+	IFS=$'\t' read -r alone atog btog wake < <(printf '%s\n' "${rows[@]}" | nspair_medians)
+	echo "MEDIAN $l: a alone $alone, a together $atog, b together $btog, b wake $wake ms"
 done

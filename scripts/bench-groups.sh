@@ -216,11 +216,7 @@ for m in $MODES; do
 		rows+=("$row")
 	done
 	unlimit "$m"
-	printf '%s\n' "${rows[@]}" | awk -v c="$m" '
-		{ for (i = 1; i <= 2; i++) v[i, NR] = $i }
-		function med(i,   a, k, j, t) { for (k = 1; k <= NR; k++) a[k] = v[i, k]
-			for (k = 1; k <= NR; k++) for (j = k + 1; j <= NR; j++) if (a[j] < a[k]) { t = a[k]; a[k] = a[j]; a[j] = t }
-			return sprintf("%s (%s-%s)", a[int((NR + 1) / 2)], a[1], a[NR]) }
-		END { printf "MEDIAN %s: %s datagrams/s, egress program %s ns a packet\n", c, med(1), med(2) }'
+	IFS=$'\t' read -r dps ns < <(printf '%s\n' "${rows[@]}" | nspair_medians)
+	echo "MEDIAN $m: $dps datagrams/s, egress program $ns ns a packet"
 done
 sysctl -q -w kernel.bpf_stats_enabled=0

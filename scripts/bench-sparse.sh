@@ -66,12 +66,8 @@ for m in $SIZES; do
 		done
 	done
 	for l in $LIMITERS; do
-		printf '%s' "${rows[$l]}" | awk -v c="$l" -v m="$m" '
-			{ v[1, NR] = $1; v[2, NR] = $2 }
-			function med(i,   a, k, j, t) { for (k = 1; k <= NR; k++) a[k] = v[i, k]
-				for (k = 1; k <= NR; k++) for (j = k + 1; j <= NR; j++) if (a[j] < a[k]) { t = a[k]; a[k] = a[j]; a[j] = t }
-				return sprintf("%s (%s-%s)", a[int((NR + 1) / 2)], a[1], a[NR]) }
-			END { printf "%6s B %-4s P50 %s  P99 %s\n", m, c, med(1), med(2) }'
+		IFS=$'\t' read -r p50 p99 < <(printf '%s' "${rows[$l]}" | nspair_medians)
+		printf "%6s B %-4s P50 %s  P99 %s\n" "$m" "$l" "$p50" "$p99"
 	done
 	unset rows
 done

@@ -110,12 +110,8 @@ for size in $SIZES; do
 				echo "$l $size x$n run $r: $row"
 				rows+=("$row")
 			done
-			printf '%s\n' "${rows[@]}" | awk -v c="$l $size x$n" '
-				{ for (i = 1; i <= 5; i++) v[i, NR] = $i } 
-				function med(i,   a, k, j, t) { for (k = 1; k <= NR; k++) a[k] = v[i, k]
-					for (k = 1; k <= NR; k++) for (j = k + 1; j <= NR; j++) if (a[j] < a[k]) { t = a[k]; a[k] = a[j]; a[j] = t }
-					return sprintf("%s (%s-%s)", a[int((NR + 1) / 2)], a[1], a[NR]) }
-				END { printf "MEDIAN %s: wire %s, P50 %s, P99 %s ms, refusals %s, gated %s\n", c, med(1), med(2), med(3), med(4), med(5) }'
+			IFS=$'\t' read -r wire p50 p99 refused gated < <(printf '%s\n' "${rows[@]}" | nspair_medians)
+			echo "MEDIAN $l $size x$n: wire $wire, P50 $p50, P99 $p99 ms, refusals $refused, gated $gated"
 		done
 	done
 done

@@ -26,6 +26,17 @@ nspair_down() {
 	return 0
 }
 
+# nspair_medians reads one run per line of whitespace-separated numbers
+# (a column's "never", a wake that never came, counts as 1e9) and prints
+# each column's "MEDIAN (MIN-MAX)", tab-separated, on one line.
+nspair_medians() {
+	awk '{ for (i = 1; i <= NF; i++) v[i, NR] = ($i == "never" ? 1e9 : $i); if (NF > n) n = NF }
+		function med(i,   a, k, j, t) { for (k = 1; k <= NR; k++) a[k] = v[i, k]
+			for (k = 1; k <= NR; k++) for (j = k + 1; j <= NR; j++) if (a[j] < a[k]) { t = a[k]; a[k] = a[j]; a[j] = t }
+			return sprintf("%s (%s-%s)", a[int((NR + 1) / 2)], a[1], a[NR]) }
+		END { for (i = 1; i <= n; i++) printf "%s%s", med(i), (i < n ? "\t" : "\n") }'
+}
+
 # nspair_bps RATE prints RATE (NNmbit or NNgbit) in bits per second.
 nspair_bps() {
 	case $1 in
