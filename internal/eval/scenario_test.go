@@ -108,7 +108,7 @@ func TestBuiltins(t *testing.T) {
 	for _, b := range bs {
 		names = append(names, b.Name)
 	}
-	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs borrow-1g borrow-prio borrow-ten cpu-4g incast-streams incast-streams-prio incast-streams-shared pps-64 rpc-alone-200m rpc-sep-200m rpc-sparse-100m web-keepalive-1g web-keepalive-200m web-new-1g web-new-200m"
+	want := "egress-200m egress-1g egress-high egress-two-cgroups incast many-flows-200m many-flows-1g udp-flood two-ccs borrow-1g borrow-latency borrow-latency-idle borrow-prio borrow-ten cpu-4g incast-streams incast-streams-prio incast-streams-shared pps-64 rpc-alone-200m rpc-sep-200m rpc-sparse-100m web-keepalive-1g web-keepalive-200m web-new-1g web-new-200m"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("built-ins %q, want %q", got, want)
 	}
