@@ -305,7 +305,7 @@ func TestLoad(t *testing.T) {
 		t.Error("duplicate accepted")
 	}
 	all, err := Load(nil)
-	if err != nil || len(all) != 24 {
+	if err != nil || len(all) != 26 {
 		t.Errorf("Load(nil) = %d scenarios, %v", len(all), err)
 	}
 }
