@@ -73,8 +73,6 @@ func StartCapture(ns, dev, path string, snap int, maxBytes int64) (*Capture, err
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// packetSocket opens an AF_PACKET socket bound to interface ifindex of the
-// calling thread's network namespace.
 // packetSocketIn opens packetSocket on interface dev of network namespace ns
 // ("" for the caller's); the socket stays bound there once the thread is
 // back in its own namespace.
@@ -91,6 +89,8 @@ func packetSocketIn(ns, dev string) (int, error) {
 	return fd, err
 }
 
+// packetSocket opens an AF_PACKET socket bound to interface ifindex of the
+// calling thread's network namespace.
 func packetSocket(ifindex int) (int, error) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 	if err != nil {

@@ -1,7 +1,6 @@
 package eval
 
 import (
-	"context"
 	"encoding/xml"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hbm-dev/hbm/internal/eval/result"
-	"github.com/hbm-dev/hbm/internal/netlab"
 )
 
 // TestEvalBorrow runs borrow-1g once under hbm and once under htb (a alone
@@ -23,30 +21,9 @@ import (
 // 0.96/0.95 for htb): a alone above 0.8 of the link, together each within
 // 0.8-1.2 of its guarantee.
 func TestEvalBorrow(t *testing.T) {
-	bin := evalPrereqs(t)
-	scens, err := Load([]string{"borrow-1g"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
-	defer cancel()
-	var log strings.Builder
-	before := netlab.Objects()
-	res, err := Run(ctx, scens, Options{Bin: bin, CCs: []string{"cubic"}, Limiters: []string{"hbm", "htb"}, Log: &log})
-	t.Logf("eval:\n%s", log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	assertClean(t, before)
-	if len(res.Runs) != 2 {
-		t.Fatalf("%d runs, want 2", len(res.Runs))
-	}
+	res := evalRuns(t, "borrow-1g", 50*time.Second, Options{CCs: []string{"cubic"}, Limiters: []string{"hbm", "htb"}})
 	for i := range res.Runs {
 		run := &res.Runs[i]
-		if run.Error != "" || run.Skipped != "" {
-			t.Errorf("%s: error %q skipped %q", run.Limiter, run.Error, run.Skipped)
-			continue
-		}
 		t.Run(run.Limiter, func(t *testing.T) { checkBorrowRun(t, run) })
 	}
 	// The files: the charts are well-formed SVGs of their own.
@@ -120,23 +97,9 @@ func checkBorrowRun(t *testing.T, run *result.Run) {
 // (lend.h, lend_apply) the 20 and 40mbit groups got 0.74 and 0.83 of it
 // (the benchmark's medians since: 0.97-1.01 for every group).
 func TestEvalBorrowTen(t *testing.T) {
-	bin := evalPrereqs(t)
-	scens, err := Load([]string{"borrow-ten"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var log strings.Builder
-	before := netlab.Objects()
-	res, err := Run(ctx, scens, Options{Bin: bin, CCs: []string{"cubic"}, Limiters: []string{"hbm"}, Log: &log})
-	t.Logf("eval:\n%s", log.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	assertClean(t, before)
-	if len(res.Runs) != 1 || res.Runs[0].Error != "" || res.Runs[0].Skipped != "" || res.Runs[0].Timeline == nil {
-		t.Fatalf("runs %+v", res.Runs)
+	res := evalRuns(t, "borrow-ten", 60*time.Second, Options{CCs: []string{"cubic"}, Limiters: []string{"hbm"}})
+	if res.Runs[0].Timeline == nil {
+		t.Fatalf("no timeline: %+v", res.Runs[0])
 	}
 	ofShare := map[string][]float64{}
 	for _, ph := range res.Runs[0].Timeline.Phases {

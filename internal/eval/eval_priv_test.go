@@ -160,34 +160,43 @@ func assertClean(t *testing.T, before []string) {
 // eval cleaned up.
 func privEval(t *testing.T, name string, limiters []string, counts []int, runs int) []result.Run {
 	t.Helper()
-	bin := evalPrereqs(t)
 	testutil.RequireCommand(t, "tc")
+	return evalRuns(t, name, 120*time.Second, Options{
+		Quick: true, CCs: []string{"cubic"}, Limiters: limiters, Counts: counts, Runs: runs,
+		Duration: 2 * time.Second, Warmup: time.Second,
+	}).Runs
+}
+
+// evalRuns runs scenario name with opts (Bin and Log filled in here) within
+// timeout, logs what the eval printed, and checks that it cleaned up and
+// gave one run per limiter, in order, none skipped or failed.
+func evalRuns(t *testing.T, name string, timeout time.Duration, opts Options) *result.Results {
+	t.Helper()
+	bin := evalPrereqs(t)
 	scens, err := Load([]string{name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var log strings.Builder
 	before := netlab.Objects()
-	res, err := Run(ctx, scens, Options{
-		Bin: bin, Quick: true, CCs: []string{"cubic"}, Limiters: limiters, Counts: counts, Runs: runs,
-		Duration: 2 * time.Second, Warmup: time.Second, Log: &log,
-	})
+	opts.Bin, opts.Log = bin, &log
+	res, err := Run(ctx, scens, opts)
 	t.Logf("eval:\n%s", log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	assertClean(t, before)
-	if len(res.Runs) != len(limiters) {
-		t.Fatalf("%d runs, want %d", len(res.Runs), len(limiters))
+	if len(res.Runs) != len(opts.Limiters) {
+		t.Fatalf("%d runs, want %d", len(res.Runs), len(opts.Limiters))
 	}
 	for i, run := range res.Runs {
-		if run.Limiter != limiters[i] || run.Skipped != "" || run.Error != "" {
+		if run.Limiter != opts.Limiters[i] || run.Skipped != "" || run.Error != "" {
 			t.Fatalf("run %d: %s skipped %q error %q", i, run.Limiter, run.Skipped, run.Error)
 		}
 	}
-	return res.Runs
+	return res
 }
 
 func classOf(run *result.Run, kind string) *result.Class {
