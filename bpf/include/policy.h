@@ -18,7 +18,9 @@
  * RPC budget, fresh_budget). Never marked: a connection's first segments,
  * which TCP does not pace either (egress), and RPC bursts (ingress): a CE
  * or congestion code there ends slow start of a transfer that pacing and
- * the share already steer. Dropped packets are not charged.
+ * the share already steer; nor, up to drop_large, egress TCP flows the
+ * pacing assist holds, whose cwnd a signal would only shrink (and with it
+ * their packets: signal_spared). Dropped packets are not charged.
  *
  * Egress drops carry the congestion code: TCP learns of the drop at once and
  * enters CWR; UDP sees ENOBUFS, which it hides from the sender unless
@@ -247,6 +249,29 @@ static __always_inline int cwr_roll(const struct hbm_config *cfg, __s64 backlog)
 	return (bpf_get_prandom_u32() % CWR_RAMP_STEPS) < excess * CWR_RAMP_STEPS / span;
 }
 
+/* signal_spared reports whether a packet whose charge leaves the virtual
+ * queue at backlog goes unsignalled at a level of limit cfg: neither CE
+ * nor the congestion code. Spared are packets at or below the mark
+ * threshold, a connection's first segments (v->candidate), a borrower's
+ * within its guarantee (v->guaranteed), and, up to the drop-large
+ * threshold, every egress TCP flow the pacing assist holds at this level
+ * (assist state, a level that paces): its cap is the group's signal, and
+ * the share loop steers the standing queue below the mark (share.h,
+ * floor_steer). A mark or congestion code there lowers no rate (a flow
+ * TCP paces at a veth RTT of 50 us needs two segments of cwnd for 250
+ * Mbit/s); it cuts cwnd, and a paced flow, rarely cwnd-limited, never
+ * grows it back: TCP puts at most half its cwnd in one packet, so 4 cubic
+ * streams in a 1gbit group went on in 2.5-6 KB packets against htb's 60
+ * KB, the machine 0.7-1.4 cores busy against htb's 0.11 (docs/design.md,
+ * "Packet sizes"). Past drop-large the queue stands far above what the
+ * loop steers to, and they are signalled as before. */
+static __always_inline int signal_spared(const struct verdict *v, const struct hbm_config *cfg, __s64 backlog)
+{
+	if (backlog <= (__s64)cfg->mark_ns || v->candidate || v->guaranteed)
+		return 1;
+	return v->cn_able && v->counted && (cfg->flags & HBM_F_PACE) && backlog <= (__s64)cfg->drop_large_ns;
+}
+
 /* police_level's results */
 #define POLICE_PASS 0 /* go on to the level above */
 #define POLICE_DROP 1 /* dropped: stop */
@@ -391,7 +416,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		v->want_Bps = share;
 	if (xfer_share && (!v->xfer_Bps || xfer_share < v->xfer_Bps))
 		v->xfer_Bps = xfer_share;
-	if (backlog <= (__s64)cfg->mark_ns || v->candidate || v->guaranteed)
+	if (signal_spared(v, cfg, backlog))
 		return police_passed(cfg);
 	/* A mark-only ingress limit does not mark a TCP flow whose window the
 	 * assist holds at its two-segment floor (rxwin.h): CE cannot push it

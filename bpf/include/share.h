@@ -422,22 +422,27 @@ static __always_inline __s64 share_target_ns(const struct hbm_queue *q, const st
 #define FLOOR_CUT_DOWN (1U << 10) /* ... and comes back by 1/64 per interval */
 
 /* floor_steer lowers the egress share's floor while the group's standing
- * queue (the least backlog of a control interval) stays above the drop-large
+ * queue (the least backlog of a control interval) stays above the mark
  * threshold, and lifts it back once the queue drains below the loop's
- * target. Above that threshold the policer refuses every packet it may, so
- * a queue that never drains is made of packets it may not refuse (paced
- * flows with fewer than two packets out): the caps together exceed the
- * rate and the excess is forgotten at the backlog's bound (measured: 32
- * clients of 100 KB responses, every response paced at the floor, 1.04 of
- * the limit and 0.4 s of backlog forgotten in 10 s). target_ns is the
- * loop's target (share_target_ns). Called at the end of a control interval
- * with the queue locked. */
+ * target. Flows the pacing assist holds are neither marked nor given the
+ * congestion code up to the drop-large threshold (policy.h,
+ * signal_spared): a queue that stands above the mark with the share at its
+ * floor is theirs, their caps together above the rate (TCP's pacing runs a
+ * little over its cap: 4 cubic streams at the floor of a 1gbit group held
+ * the queue at 11 ms, just under drop-large), and only the floor can bring
+ * it down. Above drop-large the policer refuses every packet it may, and a
+ * queue that still never drains is made of packets it may not refuse
+ * (paced flows with fewer than two packets out; measured: 32 clients of 100
+ * KB responses, every response paced at the floor, 1.04 of the limit and
+ * 0.4 s of backlog forgotten in 10 s). target_ns is the loop's target
+ * (share_target_ns). Called at the end of a control interval with the
+ * queue locked. */
 static __always_inline void floor_steer(struct hbm_queue *q, const struct hbm_config *cfg, __s64 standing,
 					__s64 target_ns)
 {
 	__u32 cut = q->floor_cut;
 
-	if (standing > (__s64)cfg->drop_large_ns)
+	if (standing > (__s64)cfg->mark_ns)
 		cut = cut + FLOOR_CUT_UP < FLOOR_CUT_MAX ? cut + FLOOR_CUT_UP : FLOOR_CUT_MAX;
 	else if (standing <= target_ns)
 		cut = cut > FLOOR_CUT_DOWN ? cut - FLOOR_CUT_DOWN : 0;

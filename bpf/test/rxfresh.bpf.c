@@ -9,6 +9,7 @@
  * in its socket's state for both assists (policy.h, verdict_learn);
  * held_run whether an egress packet may be refused at all (flow_held);
  * protect_run how an egress TCP packet is protected (tx_protected);
+ * spare_run whether a packet goes unmarked (signal_spared);
  * step_run one step of a group's share loop (share.h, share_step);
  * room_run the room a transfer's first window is given (room.h);
  * count_run a flow counted in its group's flow-count windows (share.h,
@@ -192,6 +193,44 @@ int protect_run(struct protect_case *c)
 	cfg.min_inflight = min;
 	cfg.flags = pace ? HBM_F_PACE : 0;
 	c->prot = protection(&v, &cfg);
+	return 0;
+}
+
+struct spare_case {
+	__s64 backlog_ns;   /* in: the queue with the packet's charge */
+	__u64 mark_ns;      /* in: the limit's thresholds */
+	__u64 drop_large_ns;
+	__u32 pace;         /* in: the limit has the pacing assist */
+	__u32 egress_tcp;   /* in: an egress TCP packet (the hook may return the congestion code) */
+	__u32 counted;      /* in: its socket has assist state */
+	__u32 candidate;    /* in: one of the connection's first segments */
+	__u32 guaranteed;   /* in: a borrower's within its guarantee */
+	__u32 spared;       /* out: signal_spared */
+};
+
+SEC("syscall")
+int spare_run(struct spare_case *c)
+{
+	struct hbm_config cfg = {};
+	struct verdict v = {};
+	__s64 backlog = c->backlog_ns;
+	__u32 pace = c->pace, tcp = c->egress_tcp, counted = c->counted, cand = c->candidate, g = c->guaranteed;
+
+	barrier_var(backlog);
+	barrier_var(pace);
+	barrier_var(tcp);
+	barrier_var(counted);
+	barrier_var(cand);
+	barrier_var(g);
+	cfg.mark_ns = c->mark_ns;
+	cfg.drop_large_ns = c->drop_large_ns;
+	cfg.flags = pace ? HBM_F_PACE : 0;
+	/* As the egress hook sets them (hbm.bpf.c). */
+	v.cn_able = tcp;
+	v.counted = counted;
+	v.candidate = cand;
+	v.guaranteed = g;
+	c->spared = signal_spared(&v, &cfg, backlog);
 	return 0;
 }
 

@@ -734,14 +734,14 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 	t0 := time.Now()
 
 	txDevs := senderDevs(t, eps)
-	tx0, tx1 := map[devKey]uint64{}, map[devKey]uint64{}
+	tx0, tx1 := map[devKey][2]uint64{}, map[devKey][2]uint64{} // bytes, packets
 	var tx0At, tx1At time.Time
-	readTx := func(into map[devKey]uint64, at *time.Time) func() {
+	readTx := func(into map[devKey][2]uint64, at *time.Time) func() {
 		return func() {
 			for _, ds := range txDevs {
 				for _, k := range ds {
-					if n, err := netlab.TxBytes(k.ns, k.dev); err == nil {
-						into[k] = n
+					if b, n, err := netlab.TxCounters(k.ns, k.dev); err == nil {
+						into[k] = [2]uint64{b, n}
 					}
 				}
 			}
@@ -978,16 +978,20 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 			}
 		}
 		if ds, ok := txDevs[g]; ok && grp.Dir == "egress" {
-			var sum uint64
+			var sum, pkts uint64
 			all := true
 			for _, k := range ds {
 				a, okA := tx0[k]
 				b, okB := tx1[k]
 				all = all && okA && okB
-				sum += b - a
+				sum += b[0] - a[0]
+				pkts += b[1] - a[1]
 			}
 			if secs := tx1At.Sub(tx0At).Seconds(); all && secs > 0 {
 				grp.TxBps = float64(sum) * 8 / secs
+				if pkts > 0 {
+					grp.TxPacketBytes = float64(sum) / float64(pkts)
+				}
 				if grp.LimitBps > 0 {
 					grp.Share = grp.TxBps / float64(grp.LimitBps)
 				}
@@ -1155,6 +1159,9 @@ func runLine(run *result.Run) string {
 			p += fmt.Sprintf(" wire share %.2f", g.Share)
 		} else if g.TxBps > 0 {
 			p += " wire " + fmtBps(g.TxBps)
+		}
+		if g.TxPacketBytes > 0 {
+			p += fmt.Sprintf(" in %.1f KB packets", g.TxPacketBytes/1000)
 		}
 		parts = append(parts, p)
 	}

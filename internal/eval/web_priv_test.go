@@ -59,7 +59,7 @@ func TestWebServerHoldsLimit(t *testing.T) {
 		{"web-new-200m", 100 << 10, 32, 0.85, 1.15, 0, nil},
 		// Every response paced at the share's floor, each packet with
 		// fewer than two out (so never refused): the floor gives way
-		// while the queue stands above drop-large (share.h,
+		// while the queue stands above the mark (share.h,
 		// floor_steer); without that 1.23.
 		{"web-new-200m", 30 << 10, 64, 0.85, 1.10, 0, nil},
 		{"web-keepalive-200m", 100 << 10, 64, 0.85, 1.10, 0, nil},

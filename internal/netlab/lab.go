@@ -482,6 +482,17 @@ func TxBytes(ns, dev string) (uint64, error) {
 	return linkStats(ns, dev, func(st *netlink.LinkStatistics) uint64 { return st.TxBytes })
 }
 
+// TxCounters reads the tx_bytes and tx_packets counters of dev in
+// namespace ns, in one read. A veth counts a TSO packet once, so bytes /
+// packets is the size of the packets the sender's stack handled.
+func TxCounters(ns, dev string) (bytes, packets uint64, err error) {
+	st, err := linkStatistics(ns, dev)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.TxBytes, st.TxPackets, nil
+}
+
 // linkStats reads one counter of dev's statistics in namespace ns.
 func linkStats(ns, dev string, get func(*netlink.LinkStatistics) uint64) (uint64, error) {
 	st, err := linkStatistics(ns, dev)

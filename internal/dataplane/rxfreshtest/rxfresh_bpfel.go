@@ -280,6 +280,19 @@ type rxfreshRxwinCase struct {
 	WinBytes uint32
 }
 
+type rxfreshSpareCase struct {
+	_           structs.HostLayout
+	BacklogNs   int64
+	MarkNs      uint64
+	DropLargeNs uint64
+	Pace        uint32
+	EgressTcp   uint32
+	Counted     uint32
+	Candidate   uint32
+	Guaranteed  uint32
+	Spared      uint32
+}
+
 type rxfreshStepCase struct {
 	_      structs.HostLayout
 	M      uint64
@@ -314,6 +327,7 @@ const (
 	rxfreshProgRxdescendRun = "rxdescend_run"
 	rxfreshProgRxfreshRun   = "rxfresh_run"
 	rxfreshProgRxwinRun     = "rxwin_run"
+	rxfreshProgSpareRun     = "spare_run"
 	rxfreshProgStepRun      = "step_run"
 )
 
@@ -367,6 +381,7 @@ type rxfreshProgramSpecs struct {
 	RxdescendRun *ebpf.ProgramSpec `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.ProgramSpec `ebpf:"rxfresh_run"`
 	RxwinRun     *ebpf.ProgramSpec `ebpf:"rxwin_run"`
+	SpareRun     *ebpf.ProgramSpec `ebpf:"spare_run"`
 	StepRun      *ebpf.ProgramSpec `ebpf:"step_run"`
 }
 
@@ -466,6 +481,7 @@ type rxfreshPrograms struct {
 	RxdescendRun *ebpf.Program `ebpf:"rxdescend_run"`
 	RxfreshRun   *ebpf.Program `ebpf:"rxfresh_run"`
 	RxwinRun     *ebpf.Program `ebpf:"rxwin_run"`
+	SpareRun     *ebpf.Program `ebpf:"spare_run"`
 	StepRun      *ebpf.Program `ebpf:"step_run"`
 }
 
@@ -479,6 +495,7 @@ func (p *rxfreshPrograms) Close() error {
 		p.RxdescendRun,
 		p.RxfreshRun,
 		p.RxwinRun,
+		p.SpareRun,
 		p.StepRun,
 	)
 }

@@ -89,6 +89,9 @@ func figures(run *Run) []figure {
 		if g.TxBps > 0 {
 			gf("tx_bps", true, func(g *Group) float64 { return g.TxBps }, func(g *Group, v float64) { g.TxBps = v })
 		}
+		if g.TxPacketBytes > 0 {
+			gf("tx_packet_bytes", false, func(g *Group) float64 { return g.TxPacketBytes }, func(g *Group, v float64) { g.TxPacketBytes = v })
+		}
 		if g.Share > 0 {
 			gf("share", true, func(g *Group) float64 { return g.Share }, func(g *Group, v float64) { g.Share = v })
 		}

@@ -193,11 +193,15 @@ type Group struct {
 	// Ethernet headers included), when the group is the only one sending
 	// through it; Share is TxBps / LimitBps (a limit held exactly on IP
 	// bytes reads about 1.01 with full-size frames).
-	TxBps   float64 `json:"tx_bps,omitempty"`
-	Share   float64 `json:"share,omitempty"`
-	Marked  uint64  `json:"marked"`  // HBM CE marks
-	CWR     uint64  `json:"cwr"`     // HBM congestion return codes
-	Dropped uint64  `json:"dropped"` // HBM drops
+	TxBps float64 `json:"tx_bps,omitempty"`
+	// TxPacketBytes is the mean size of the packets that interface
+	// transmitted (a veth counts a TSO packet once): the sender's stack
+	// does its work per packet, so its CPU per byte goes as 1 / this.
+	TxPacketBytes float64 `json:"tx_packet_bytes,omitempty"`
+	Share         float64 `json:"share,omitempty"`
+	Marked        uint64  `json:"marked"`  // HBM CE marks
+	CWR           uint64  `json:"cwr"`     // HBM congestion return codes
+	Dropped       uint64  `json:"dropped"` // HBM drops
 }
 
 // Class is one kind of flow in one group: an RPC size or a stream.
