@@ -261,10 +261,11 @@ static __always_inline int cwr_roll(const struct hbm_config *cfg, __s64 backlog)
  * TCP paces at a veth RTT of 50 us needs two segments of cwnd for 250
  * Mbit/s); it cuts cwnd, and a paced flow, rarely cwnd-limited, never
  * grows it back: TCP puts at most half its cwnd in one packet, so 4 cubic
- * streams in a 1gbit group went on in 2.5-6 KB packets against htb's 60
- * KB, the machine 0.7-1.4 cores busy against htb's 0.11 (docs/design.md,
- * "Packet sizes"). Past drop-large the queue stands far above what the
- * loop steers to, and they are signalled as before. */
+ * streams in a 1gbit group went on in 7 KB packets against htb's 65 KB,
+ * the machine 0.51 cores busy against htb's 0.12 (now 33 KB and 0.15:
+ * docs/design.md, "Signals a paced flow is spared"). Past drop-large the
+ * queue stands far above what the loop steers to, and they are signalled
+ * as before. */
 static __always_inline int signal_spared(const struct verdict *v, const struct hbm_config *cfg, __s64 backlog)
 {
 	if (backlog <= (__s64)cfg->mark_ns || v->candidate || v->guaranteed)

@@ -30,9 +30,9 @@ flows:
 // spared the flows the pacing assist holds its marks and congestion codes
 // (bpf/include/policy.h, signal_spared), each code cut a stream's cwnd,
 // which a paced flow never grows back, and TCP puts at most half its cwnd
-// in a packet: 2.5-6 KB, the machine 0.7-1.4 cores busy against htb's 0.11.
-// Since: 30-60 KB. The bound, 16 KB, is generous; the share is checked too,
-// so that large packets do not come from a limit let go.
+// in a packet: 7 KB (6.4-7.5), the machine 0.51 cores busy against htb's
+// 0.12. Since: 26-34 KB. The bound, 16 KB, is generous; the share is
+// checked too, so that large packets do not come from a limit let go.
 func TestEvalPacketSize(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "packets-1g.yaml")
 	if err := os.WriteFile(file, []byte(packetsScenario), 0o644); err != nil {
