@@ -249,6 +249,16 @@ static __always_inline int cwr_roll(const struct hbm_config *cfg, __s64 backlog)
 	return (bpf_get_prandom_u32() % CWR_RAMP_STEPS) < excess * CWR_RAMP_STEPS / span;
 }
 
+/* assisted reports whether a level of limit cfg has an assist that holds
+ * the packet's flow: the level paces (HBM_F_PACE) and the socket has
+ * assist state (v->counted); its flow is then counted in the level's share
+ * (police_level) and, on egress, spared signals below drop-large
+ * (signal_spared). */
+static __always_inline int assisted(const struct verdict *v, const struct hbm_config *cfg)
+{
+	return (cfg->flags & HBM_F_PACE) && v->counted;
+}
+
 /* signal_spared reports whether a packet whose charge leaves the virtual
  * queue at backlog goes unsignalled at a level of limit cfg: neither CE
  * nor the congestion code. Spared are packets at or below the mark
@@ -270,7 +280,7 @@ static __always_inline int signal_spared(const struct verdict *v, const struct h
 {
 	if (backlog <= (__s64)cfg->mark_ns || v->candidate || v->guaranteed)
 		return 1;
-	return v->cn_able && v->counted && (cfg->flags & HBM_F_PACE) && backlog <= (__s64)cfg->drop_large_ns;
+	return v->cn_able && assisted(v, cfg) && backlog <= (__s64)cfg->drop_large_ns;
 }
 
 /* police_level's results */
@@ -332,7 +342,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 			may_drop = 0;
 		}
 	}
-	if ((cfg->flags & HBM_F_PACE) && v->counted)
+	if (assisted(v, cfg))
 		s = sk;
 
 	bpf_spin_lock(&q->lock);
