@@ -72,6 +72,52 @@ static __always_inline int pace_set(void *ctx, struct tcp_sock *tp, struct hbm_s
 #define CWND_XFER_SEGS 44         /* an unpaced first window, at most (64 KB) */
 #define CWND_FREE_SEGS 0x7fffffff /* a clamp that clamps nothing */
 
+/* cwnd_segs is the cwnd clamp, in segments of mss bytes, that paces a
+ * socket capped at cap bytes/s in small packets, in a group whose rate in
+ * force is group_Bps (0: not known). TCP sizes a TSO packet to 64 KB
+ * whatever its pacing rate below 512 us of min RTT (tcp_tso_rtt_log), and
+ * a paced socket sends one such packet, then waits its time at the cap: 84
+ * ms for a flow at 6 Mbit/s. A 100 KB response was one such wait, and a
+ * share that dipped when the packet left stalled the flow for the whole
+ * wait (measured: 32 clients of 1 MB responses at 0.86 of 200mbit, 0.98
+ * with tcp_tso_rtt_log=0). The cwnd bounds a TSO packet too, so the clamp
+ * is a millisecond at the cap, as TCP sizes packets at larger RTTs; a flow
+ * that is a small part of a fast group gets up to half a millisecond at
+ * the group's rate, at most four at its cap: a packet's length is the
+ * group's queue's business, and a millisecond at the cap of one of 32
+ * streams in a 1gbit group is 4 KB, which made them leave in 3.8 KB
+ * packets at 0.64 cores where htb's left in 65 KB (with the group's half
+ * millisecond: 8.8 KB and 0.49 cores, their 10 KB neighbour's tail no
+ * longer; docs/design.md). Never below twice what the cap needs in flight
+ * at the socket's smoothed RTT srtt_us, nor below CWND_MIN_SEGS. 0: no
+ * clamp (no cap, or more than 65535 segments). */
+static __always_inline __u32 cwnd_segs(__u64 mss, __u64 srtt_us, __u64 cap, __u64 group_Bps)
+{
+	__u64 segs, grp, most, bdp;
+
+	if (!cap || cap > PACE_MAX_BPS)
+		return 0;
+	if (!mss)
+		mss = 1448;
+	if (group_Bps > PACE_MAX_BPS)
+		group_Bps = PACE_MAX_BPS;
+	segs = cap / 1000 / mss;
+	grp = group_Bps / 2000 / mss;
+	most = 4 * cap / 1000 / mss;
+	if (grp > most)
+		grp = most;
+	if (segs < grp)
+		segs = grp;
+	if (srtt_us > 0x7fffffff)
+		srtt_us = 0x7fffffff;
+	bdp = 2 * cap * srtt_us / 1000000 / mss; /* cap < 2^32, srtt < 2^31 */
+	if (segs < bdp)
+		segs = bdp;
+	if (segs < CWND_MIN_SEGS)
+		segs = CWND_MIN_SEGS;
+	return segs > 65535 ? 0 : (__u32)segs;
+}
+
 /* cwnd_set makes the socket's cwnd clamp segs (0: none), unless the clamp
  * it has is within a quarter of it, or is lower and not HBM's (the
  * socket's owner clamped it). The kernel also sets ssthresh to the clamp

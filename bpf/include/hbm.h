@@ -261,7 +261,11 @@ struct hbm_sock {
 	                    * in the room, until that write's first packet leaves */
 	__u32 xfer_seq;    /* egress: write_seq when that transfer was planned: its
 	                    * first byte (pacing.h, xfer_plan) */
-	__u32 pad;
+	__u32 group_kBps;  /* egress: the least rate in force of the groups that
+	                    * gave want_Bps, KiB/s (policy.h, verdict_learn; 0:
+	                    * not known, as in a socket from a release before
+	                    * it: assist.h, cwnd_segs). Was padding: the layout
+	                    * and size are unchanged */
 	__u64 plan_vt_ns;  /* egress: the queue's fresh_vt_ns right after this
 	                    * socket's plan was reserved in it ... */
 	__u64 plan_ns;     /* ... and how much it reserved, ns at the rate (0: no

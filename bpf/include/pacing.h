@@ -132,32 +132,12 @@ static __always_inline void xfer_end(struct bpf_sock_ops *skops, struct tcp_sock
 	depart(tp, s, 0);
 }
 
-/* cwnd_fit is the cwnd clamp, in segments, that paces a socket capped at
- * cap bytes/s in small packets: TCP sizes a TSO packet to 64 KB whatever
- * its pacing rate below 512 us of min RTT (tcp_tso_rtt_log), and a paced
- * socket sends one such packet, then waits its time at the cap: 84 ms for
- * a flow at 6 Mbit/s. A 100 KB response was one such wait, and a share
- * that dipped when the packet left stalled the flow for the whole wait
- * (measured: 32 clients of 1 MB responses at 0.86 of 200mbit, 0.98 with
- * tcp_tso_rtt_log=0). The cwnd bounds a TSO packet too, so the clamp is a
- * millisecond at the cap, as TCP sizes packets at larger RTTs, and never
- * below twice what the cap needs in flight at the socket's RTT, nor below
- * CWND_MIN_SEGS. 0: no clamp (no cap). */
-static __always_inline __u32 cwnd_fit(struct tcp_sock *tp, __u64 cap)
+/* cwnd_fit is the cwnd clamp, in segments, for a socket capped at cap
+ * bytes/s: cwnd_segs at its mss and smoothed RTT and the rate of its
+ * groups the policer last saw (group_kBps). 0: no clamp. */
+static __always_inline __u32 cwnd_fit(struct tcp_sock *tp, struct hbm_sock *s, __u64 cap)
 {
-	__u64 mss = tp->mss_cache, srtt_us = tp->srtt_us >> 3, ms, bdp;
-
-	if (!cap || cap > PACE_MAX_BPS)
-		return 0;
-	if (!mss)
-		mss = 1448;
-	ms = cap / 1000 / mss;
-	bdp = 2 * cap * srtt_us / 1000000 / mss; /* cap < 2^32, srtt < 2^31 */
-	if (ms < bdp)
-		ms = bdp;
-	if (ms < CWND_MIN_SEGS)
-		ms = CWND_MIN_SEGS;
-	return ms > 65535 ? 0 : (__u32)ms;
+	return cwnd_segs(tp->mss_cache, tp->srtt_us >> 3, cap, (__u64)s->group_kBps << 10);
 }
 
 /* cwnd_floor is the cwnd clamp for a socket capped at cap: cwnd_fit, at
@@ -167,7 +147,7 @@ static __always_inline __u32 cwnd_fit(struct tcp_sock *tp, __u64 cap)
  * processed after this callback, the clamp applied to it). */
 static __always_inline __u32 cwnd_floor(struct tcp_sock *tp, struct hbm_sock *s, __u64 cap)
 {
-	__u32 segs = cwnd_fit(tp, cap);
+	__u32 segs = cwnd_fit(tp, s, cap);
 
 	return segs && segs < s->room_segs ? s->room_segs : segs;
 }

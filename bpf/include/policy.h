@@ -56,6 +56,9 @@ struct verdict {
 	__u64 now;
 	__u64 want_Bps;     /* least share of the levels that assist (0: none) */
 	__u64 xfer_Bps;     /* egress: least share of the levels for a transfer (0: none) */
+	__u64 group_Bps;    /* least rate in force of the levels that gave a share,
+	                     * bytes/s (0: none): sizes the cwnd clamp (assist.h,
+	                     * cwnd_segs) */
 	__u32 dir;
 	__u32 counted;      /* the socket has assist state (hbm_sock): count its flow */
 	__u32 packets_out;  /* egress TCP: the sender's packets in flight (~0: unknown,
@@ -312,7 +315,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	struct hbm_stats *st;
 	struct hbm_queue *q;
 	__s64 backlog;
-	__u64 cost, share = 0, xfer_share = 0;
+	__u64 cost, share = 0, xfer_share = 0, group = 0;
 	__u32 frac;
 	int drop = 0, may_drop, bounded = 0, changed;
 
@@ -401,6 +404,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 				share = share_of(q, cfg, v->xfer ? XFER_WEIGHT : 1);
 				xfer_share = share_of(q, cfg, XFER_WEIGHT);
 			}
+			group = rate_bps(q, cfg) / 8;
 		}
 	}
 	bpf_spin_unlock(&q->lock);
@@ -427,6 +431,8 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		v->want_Bps = share;
 	if (xfer_share && (!v->xfer_Bps || xfer_share < v->xfer_Bps))
 		v->xfer_Bps = xfer_share;
+	if (share && group && (!v->group_Bps || group < v->group_Bps))
+		v->group_Bps = group;
 	if (signal_spared(v, cfg, backlog))
 		return police_passed(cfg);
 	/* A mark-only ingress limit does not mark a TCP flow whose window the
@@ -537,7 +543,7 @@ static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v
 /* verdict_learn writes what the levels learned of the packet's flow into its
  * socket's assist state s: the least share of its limited groups (want_Bps,
  * 0 for none: the assist then lifts its cap) and, on egress, the transfer
- * share. Only from a packet that passed: the level that refuses a packet
+ * share and the least rate in force of those groups (group_kBps). Only from a packet that passed: the level that refuses a packet
  * stops before computing its share, so a refused packet's verdict says 0,
  * "no limit". Written anyway, it lifted the window clamp at the receiver's
  * next ACK; the sender opened its window into the limit's drops, whose own
@@ -550,8 +556,10 @@ static __always_inline void verdict_learn(struct hbm_sock *s, const struct verdi
 	if (!s || v->drop)
 		return;
 	s->want_Bps = v->want_Bps;
-	if (v->dir == HBM_DIR_EGRESS)
+	if (v->dir == HBM_DIR_EGRESS) {
 		s->xfer_Bps = v->xfer_Bps;
+		s->group_kBps = v->group_Bps >> 10 > 0xffffffffULL ? 0xffffffffU : (__u32)(v->group_Bps >> 10);
+	}
 }
 
 #endif /* HBM_POLICY_H */

@@ -89,6 +89,9 @@ struct learn_case {
 	__u32 drop;          /* in: some level refused the packet */
 	__u64 out_want_Bps;  /* out: the socket's want_Bps after it */
 	__u64 out_xfer_Bps;  /* out: ... and xfer_Bps */
+	__u64 group_Bps;     /* in: the verdict's least rate in force */
+	__u32 last_group_kBps; /* in: the socket's group_kBps before the packet */
+	__u32 out_group_kBps;  /* out: ... and after it */
 };
 
 SEC("syscall")
@@ -97,6 +100,8 @@ int learn_run(struct learn_case *c)
 	struct hbm_sock s = {};
 	struct verdict v = {};
 	__u64 lw = c->last_want_Bps, lx = c->last_xfer_Bps, w = c->want_Bps, x = c->xfer_Bps;
+	__u64 g = c->group_Bps;
+	__u32 lg = c->last_group_kBps;
 
 	/* Values, not places: the compiler may otherwise pick between two
 	 * context fields' addresses where the code picks between their
@@ -105,15 +110,36 @@ int learn_run(struct learn_case *c)
 	barrier_var(lx);
 	barrier_var(w);
 	barrier_var(x);
+	barrier_var(g);
+	barrier_var(lg);
 	s.want_Bps = lw;
 	s.xfer_Bps = lx;
+	s.group_kBps = lg;
 	v.want_Bps = w;
 	v.xfer_Bps = x;
+	v.group_Bps = g;
 	v.dir = c->dir;
 	v.drop = c->drop;
 	verdict_learn(&s, &v);
 	c->out_want_Bps = s.want_Bps;
 	c->out_xfer_Bps = s.xfer_Bps;
+	c->out_group_kBps = s.group_kBps;
+	return 0;
+}
+
+struct cwnd_case {
+	__u64 mss;        /* in: the socket's mss_cache */
+	__u64 srtt_us;    /* in: its smoothed RTT */
+	__u64 cap;        /* in: its pacing cap, bytes/s */
+	__u64 group_Bps;  /* in: its groups' least rate in force (0: not known) */
+	__u32 segs;       /* out: cwnd_segs */
+	__u32 pad;
+};
+
+SEC("syscall")
+int cwnd_run(struct cwnd_case *c)
+{
+	c->segs = cwnd_segs(c->mss, c->srtt_us, c->cap, c->group_Bps);
 	return 0;
 }
 

@@ -178,7 +178,7 @@ type hbmHbmSock struct {
 	RoomSegs     uint32
 	Armed        uint32
 	XferSeq      uint32
-	Pad          uint32
+	GroupKBps    uint32
 	_            [4]byte
 	PlanVtNs     uint64
 	PlanNs       uint64

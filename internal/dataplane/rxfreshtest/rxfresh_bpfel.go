@@ -27,6 +27,16 @@ type rxfreshCountCase struct {
 	Epoch      uint32
 }
 
+type rxfreshCwndCase struct {
+	_        structs.HostLayout
+	Mss      uint64
+	SrttUs   uint64
+	Cap      uint64
+	GroupBps uint64
+	Segs     uint32
+	Pad      uint32
+}
+
 type rxfreshHbmClock struct {
 	_        structs.HostLayout
 	Jiffies0 uint64
@@ -184,7 +194,7 @@ type rxfreshHbmSock struct {
 	RoomSegs     uint32
 	Armed        uint32
 	XferSeq      uint32
-	Pad          uint32
+	GroupKBps    uint32
 	_            [4]byte
 	PlanVtNs     uint64
 	PlanNs       uint64
@@ -210,15 +220,18 @@ type rxfreshHeldCase struct {
 }
 
 type rxfreshLearnCase struct {
-	_           structs.HostLayout
-	LastWantBps uint64
-	LastXferBps uint64
-	WantBps     uint64
-	XferBps     uint64
-	Dir         uint32
-	Drop        uint32
-	OutWantBps  uint64
-	OutXferBps  uint64
+	_             structs.HostLayout
+	LastWantBps   uint64
+	LastXferBps   uint64
+	WantBps       uint64
+	XferBps       uint64
+	Dir           uint32
+	Drop          uint32
+	OutWantBps    uint64
+	OutXferBps    uint64
+	GroupBps      uint64
+	LastGroupKBps uint32
+	OutGroupKBps  uint32
 }
 
 type rxfreshProtectCase struct {
@@ -320,6 +333,7 @@ const (
 	rxfreshMapRoomQueue     = "room_queue"
 	rxfreshMapRoomSocks     = "room_socks"
 	rxfreshProgCountRun     = "count_run"
+	rxfreshProgCwndRun      = "cwnd_run"
 	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
 	rxfreshProgProtectRun   = "protect_run"
@@ -374,6 +388,7 @@ type rxfreshSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type rxfreshProgramSpecs struct {
 	CountRun     *ebpf.ProgramSpec `ebpf:"count_run"`
+	CwndRun      *ebpf.ProgramSpec `ebpf:"cwnd_run"`
 	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
 	ProtectRun   *ebpf.ProgramSpec `ebpf:"protect_run"`
@@ -474,6 +489,7 @@ type rxfreshVariables struct {
 // It can be passed to loadRxfreshObjects or ebpf.CollectionSpec.LoadAndAssign.
 type rxfreshPrograms struct {
 	CountRun     *ebpf.Program `ebpf:"count_run"`
+	CwndRun      *ebpf.Program `ebpf:"cwnd_run"`
 	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
 	ProtectRun   *ebpf.Program `ebpf:"protect_run"`
@@ -488,6 +504,7 @@ type rxfreshPrograms struct {
 func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
 		p.CountRun,
+		p.CwndRun,
 		p.HeldRun,
 		p.LearnRun,
 		p.ProtectRun,
