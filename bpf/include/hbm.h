@@ -159,7 +159,8 @@ struct hbm_queue {
 	__u32 recount;     /* 1: a flow left, or the rate in force changed (lend.h),
 	                    * since the share was computed */
 	__u32 floor_cut;   /* egress: how far the share's floor is lowered, 16-bit
-	                    * fixed point (share.h, floor_steer; 0: not) */
+	                    * fixed point (share.h, floor_steer; 0: not), and bit
+	                    * 16 (FLOOR_BINDS) set while the floor bound the share */
 	__s64 ctl_min_backlog_ns; /* egress: least backlog seen in the control interval
 	                           * (the standing queue, share.h) */
 	__u64 ctl_unpaced; /* egress: wire bytes TCP does not pace (a connection's

@@ -11,6 +11,7 @@
  * protect_run how an egress TCP packet is protected (tx_protected);
  * spare_run whether a packet goes unmarked (signal_spared);
  * step_run one step of a group's share loop (share.h, share_step);
+ * floor_run the floor's cut at an interval's end (share.h, floor_steer);
  * room_run the room a transfer's first window is given (room.h);
  * count_run a flow counted in its group's flow-count windows (share.h,
  * share_count). */
@@ -257,6 +258,34 @@ int spare_run(struct spare_case *c)
 	v.candidate = cand;
 	v.guaranteed = g;
 	c->spared = signal_spared(&v, &cfg, backlog);
+	return 0;
+}
+
+struct floor_case {
+	__s64 standing;    /* in: the interval's least backlog, ns */
+	__s64 target_ns;   /* in: the loop's target */
+	__u64 mark_ns;     /* in: the mark threshold */
+	__u32 floor_cut;   /* in and out: the queue's floor_cut (FLOOR_BINDS included) */
+	__u32 pad;
+};
+
+SEC("syscall")
+int floor_run(struct floor_case *c)
+{
+	struct hbm_config cfg = {};
+	struct hbm_queue q = {};
+	__s64 standing = c->standing, target = c->target_ns;
+	__u64 mark = c->mark_ns;
+	__u32 cut = c->floor_cut;
+
+	barrier_var(standing);
+	barrier_var(target);
+	barrier_var(mark);
+	barrier_var(cut);
+	cfg.mark_ns = mark;
+	q.floor_cut = cut;
+	floor_steer(&q, &cfg, standing, target);
+	c->floor_cut = q.floor_cut;
 	return 0;
 }
 

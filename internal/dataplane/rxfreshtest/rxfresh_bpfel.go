@@ -37,6 +37,15 @@ type rxfreshCwndCase struct {
 	Pad      uint32
 }
 
+type rxfreshFloorCase struct {
+	_        structs.HostLayout
+	Standing int64
+	TargetNs int64
+	MarkNs   uint64
+	FloorCut uint32
+	Pad      uint32
+}
+
 type rxfreshHbmClock struct {
 	_        structs.HostLayout
 	Jiffies0 uint64
@@ -334,6 +343,7 @@ const (
 	rxfreshMapRoomSocks     = "room_socks"
 	rxfreshProgCountRun     = "count_run"
 	rxfreshProgCwndRun      = "cwnd_run"
+	rxfreshProgFloorRun     = "floor_run"
 	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
 	rxfreshProgProtectRun   = "protect_run"
@@ -389,6 +399,7 @@ type rxfreshSpecs struct {
 type rxfreshProgramSpecs struct {
 	CountRun     *ebpf.ProgramSpec `ebpf:"count_run"`
 	CwndRun      *ebpf.ProgramSpec `ebpf:"cwnd_run"`
+	FloorRun     *ebpf.ProgramSpec `ebpf:"floor_run"`
 	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
 	ProtectRun   *ebpf.ProgramSpec `ebpf:"protect_run"`
@@ -490,6 +501,7 @@ type rxfreshVariables struct {
 type rxfreshPrograms struct {
 	CountRun     *ebpf.Program `ebpf:"count_run"`
 	CwndRun      *ebpf.Program `ebpf:"cwnd_run"`
+	FloorRun     *ebpf.Program `ebpf:"floor_run"`
 	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
 	ProtectRun   *ebpf.Program `ebpf:"protect_run"`
@@ -505,6 +517,7 @@ func (p *rxfreshPrograms) Close() error {
 	return _RxfreshClose(
 		p.CountRun,
 		p.CwndRun,
+		p.FloorRun,
 		p.HeldRun,
 		p.LearnRun,
 		p.ProtectRun,
