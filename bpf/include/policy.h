@@ -543,8 +543,9 @@ static __always_inline void police_path(struct __sk_buff *skb, struct verdict *v
 /* verdict_learn writes what the levels learned of the packet's flow into its
  * socket's assist state s: the least share of its limited groups (want_Bps,
  * 0 for none: the assist then lifts its cap) and, on egress, the transfer
- * share and the least rate in force of those groups (group_kBps). Only from a packet that passed: the level that refuses a packet
- * stops before computing its share, so a refused packet's verdict says 0,
+ * share and the least rate in force of those groups (group_kBps). Only
+ * from a packet that passed: the level that refuses a packet stops before
+ * computing its share, so a refused packet's verdict says 0,
  * "no limit". Written anyway, it lifted the window clamp at the receiver's
  * next ACK; the sender opened its window into the limit's drops, whose own
  * zeros lifted more clamps: plain 1gbit ingress limits of 4-16 streams read
