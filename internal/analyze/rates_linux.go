@@ -17,7 +17,10 @@ import (
 // origin: the rate of each traffic class over time as the wire delivered
 // it (what `tcpdump -w` and a script summing IP lengths per port and
 // window would give), without writing a capture. Packets the interface
-// sends are not counted.
+// sends are not counted. A GSO packet (a veth carries the sender's TSO
+// packets whole) counts as the segments a NIC would send it as, each with
+// its own IP and TCP or UDP headers, as HBM's policer and htb charge it:
+// counted once, 5-10 KB packets read 1.5-3% below what a wire carries.
 type Rates struct {
 	fd       int
 	origin   int64 // Unix ns
@@ -26,12 +29,13 @@ type Rates struct {
 	first    map[uint16]int64 // Unix ns of the first packet of over 1000 bytes
 	done     chan error
 	stopping atomic.Bool
+	unsized  atomic.Int64 // packets lost to a GSO type the header cannot carry
 }
 
 // RatesStats is what a rate count saw.
 type RatesStats struct {
 	Packets int64 // counted
-	Dropped int64 // lost by the socket (receive buffer full)
+	Dropped int64 // lost by the socket (receive buffer full, or a GSO type it could not describe)
 }
 
 // StartRates counts the packets interface dev of network namespace ns
@@ -44,6 +48,12 @@ func StartRates(ns, dev string, ports []uint16, origin time.Time, width time.Dur
 	fd, err := packetSocketIn(ns, dev)
 	if err != nil {
 		return nil, fmt.Errorf("rates on %s: %w", dev, err)
+	}
+	// A GSO packet's segment size comes with it (struct virtio_net_hdr
+	// before the frame).
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("rates on %s: PACKET_VNET_HDR: %w", dev, err)
 	}
 	// Only what is counted comes up, and only its headers: a socket read
 	// per packet is the count's cost, on the CPUs the run measures.
@@ -127,9 +137,15 @@ func (r *Rates) windowOf(t int64) int {
 	return int((t - r.origin) / r.width)
 }
 
+// vnetHdrLen is the length of struct virtio_net_hdr, which precedes each
+// frame read (PACKET_VNET_HDR); its gso_size (little-endian, at 4) is the
+// segment size of a GSO packet, 0 for others.
+const vnetHdrLen = 10
+
 // count adds one packet (an Ethernet frame's first bytes, as received at
-// Unix ns t): IPv4 TCP or UDP toward a counted port.
-func (r *Rates) count(frame []byte, t int64) bool {
+// Unix ns t; gsoSize its GSO segment size, 0 if not GSO): IPv4 TCP or UDP
+// toward a counted port.
+func (r *Rates) count(frame []byte, gsoSize int, t int64) bool {
 	if len(frame) < 14+20+4 || binary.BigEndian.Uint16(frame[12:14]) != 0x0800 {
 		return false
 	}
@@ -143,7 +159,22 @@ func (r *Rates) count(frame []byte, t int64) bool {
 	if !ok {
 		return false
 	}
-	n := binary.BigEndian.Uint16(ip[2:4])
+	n := uint64(binary.BigEndian.Uint16(ip[2:4]))
+	if gsoSize > 0 {
+		hdr := ihl + 8 // UDP
+		if ip[9] == unix.IPPROTO_TCP {
+			hdr = 0
+			if len(ip) > ihl+12 {
+				hdr = ihl + int(ip[ihl+12]>>4)*4
+			}
+		}
+		if hdr > 0 && n > uint64(hdr) {
+			segs := (n - uint64(hdr) + uint64(gsoSize) - 1) / uint64(gsoSize)
+			if segs > 1 {
+				n += (segs - 1) * uint64(hdr)
+			}
+		}
+	}
 	if _, seen := r.first[port]; !seen && n > 1000 {
 		r.first[port] = t
 	}
@@ -154,13 +185,13 @@ func (r *Rates) count(frame []byte, t int64) bool {
 	for len(bins) <= w {
 		bins = append(bins, 0)
 	}
-	bins[w] += uint64(n)
+	bins[w] += n
 	r.ports[port] = bins
 	return true
 }
 
 func (r *Rates) loop() {
-	buf := make([]byte, 96)
+	buf := make([]byte, vnetHdrLen+96)
 	oob := make([]byte, 256)
 	for {
 		if r.stopping.Load() {
@@ -169,6 +200,12 @@ func (r *Rates) loop() {
 		}
 		n, oobn, _, from, err := unix.Recvmsg(r.fd, buf, oob, 0)
 		if err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				// A GSO type struct virtio_net_hdr cannot carry: the
+				// kernel dropped the packet uncounted.
+				r.unsized.Add(1)
+				continue
+			}
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 				if r.stopping.Load() {
 					r.done <- nil
@@ -190,7 +227,10 @@ func (r *Rates) loop() {
 				}
 			}
 		}
-		r.count(buf[:min(n, len(buf))], ts)
+		if n < vnetHdrLen {
+			continue
+		}
+		r.count(buf[vnetHdrLen:min(n, len(buf))], int(binary.LittleEndian.Uint16(buf[4:6])), ts)
 	}
 }
 
@@ -204,6 +244,8 @@ func (r *Rates) Stop() (bytes map[uint16][]uint64, first map[uint16]time.Time, s
 		st.Dropped = int64(s.Drops)
 		st.Packets = int64(s.Packets) - int64(s.Drops)
 	}
+	st.Dropped += r.unsized.Load()
+	st.Packets -= r.unsized.Load()
 	unix.Close(r.fd)
 	first = map[uint16]time.Time{}
 	for p, t := range r.first {

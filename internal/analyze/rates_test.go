@@ -7,14 +7,15 @@ import (
 )
 
 // ipFrame is an Ethernet + IPv4 header of total length n with protocol proto
-// toward port.
+// toward port, and a TCP header of 32 bytes (data offset 8).
 func ipFrame(proto byte, n int, port uint16) []byte {
-	b := make([]byte, 14+20+4)
+	b := make([]byte, 14+20+20)
 	binary.BigEndian.PutUint16(b[12:], 0x0800)
 	b[14] = 0x45
 	binary.BigEndian.PutUint16(b[16:], uint16(n))
 	b[14+9] = proto
 	binary.BigEndian.PutUint16(b[14+20+2:], port)
+	b[14+20+12] = 8 << 4
 	return b
 }
 
@@ -25,27 +26,35 @@ func TestRatesCount(t *testing.T) {
 	at := func(ms int) int64 { return origin.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
 	for _, c := range []struct {
 		f    []byte
+		gso  int
 		t    int64
 		want bool
 	}{
-		{ipFrame(6, 1500, 5201), at(-1), false}, // before the origin: its first data only
-		{ipFrame(6, 1500, 5201), at(0), true},
-		{ipFrame(6, 1500, 5201), at(9), true},
-		{ipFrame(6, 52, 5202), at(15), true}, // an ACK-sized packet counts, but is not first data
-		{ipFrame(17, 1200, 5202), at(25), true},
-		{ipFrame(6, 1500, 5203), at(5), false},      // another port
-		{ipFrame(1, 1500, 5201), at(5), false},      // not TCP or UDP
-		{ipFrame(6, 1500, 5201)[:20], at(5), false}, // cut short
+		{ipFrame(6, 1500, 5201), 0, at(-1), false}, // before the origin: its first data only
+		{ipFrame(6, 1500, 5201), 0, at(0), true},
+		{ipFrame(6, 1500, 5201), 0, at(9), true},
+		{ipFrame(6, 52, 5202), 0, at(15), true}, // an ACK-sized packet counts, but is not first data
+		{ipFrame(17, 1200, 5202), 0, at(25), true},
+		{ipFrame(6, 1500, 5203), 0, at(5), false},      // another port
+		{ipFrame(1, 1500, 5201), 0, at(5), false},      // not TCP or UDP
+		{ipFrame(6, 1500, 5201)[:20], 0, at(5), false}, // cut short
+		// A GSO packet of 5 segments of 1448 bytes (the last 1000): counted
+		// as five packets, each with its 52 bytes of headers.
+		{ipFrame(6, 52+4*1448+1000, 5201), 1448, at(35), true},
+		// UDP GSO, 3 datagrams of 1000 bytes: 28 bytes of headers each.
+		{ipFrame(17, 28+3000, 5202), 1000, at(36), true},
+		// A GSO size past the payload: one segment.
+		{ipFrame(6, 1500, 5201), 9000, at(45), true},
 	} {
-		if got := r.count(c.f, c.t); got != c.want {
+		if got := r.count(c.f, c.gso, c.t); got != c.want {
 			t.Errorf("count at %d: %v, want %v", c.t, got, c.want)
 		}
 	}
-	if got := r.ports[5201]; len(got) != 1 || got[0] != 3000 {
-		t.Errorf("5201: %v, want [3000]", got)
+	if got := r.ports[5201]; len(got) != 5 || got[0] != 3000 || got[3] != 5*52+4*1448+1000 || got[4] != 1500 {
+		t.Errorf("5201: %v, want [3000 0 0 %d 1500]", got, 5*52+4*1448+1000)
 	}
-	if got := r.ports[5202]; len(got) != 3 || got[1] != 52 || got[2] != 1200 {
-		t.Errorf("5202: %v, want [0 52 1200]", got)
+	if got := r.ports[5202]; len(got) != 4 || got[1] != 52 || got[2] != 1200 || got[3] != 3*28+3000 {
+		t.Errorf("5202: %v, want [0 52 1200 %d]", got, 3*28+3000)
 	}
 	if r.first[5201] != at(-1) || r.first[5202] != at(25) {
 		t.Errorf("first data: %v, want 5201 at -1 ms and 5202 at 25 ms", r.first)
