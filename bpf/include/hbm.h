@@ -171,7 +171,8 @@ struct hbm_queue {
 	__u64 eff_bps;          /* rate_bps plus what the group borrows */
 	__u64 eff_ns_per_byte;  /* time one byte takes at it: whole ns ... */
 	__u32 eff_frac;         /* ... plus this many 2^-32 ns */
-	__u32 lend_pad;
+	__u32 lend_backlog_ns;  /* the queue's backlog at the last lending
+	                         * interval's end (lend.h; at most 2^32-1) */
 	__u64 eff_base_bps;     /* the configured rate they were written for
 	                         * (vqueue.h, rate_sync) */
 	__u64 lend_ns;          /* start of the current lending interval */

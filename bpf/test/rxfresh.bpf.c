@@ -14,7 +14,7 @@
  * floor_run the floor's cut at an interval's end (share.h, floor_steer);
  * room_run the room a transfer's first window is given (room.h);
  * count_run a flow counted in its group's flow-count windows (share.h,
- * share_count). */
+ * share_count); lend_run a lending interval's end (lendctl.h, lend_tick). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -22,6 +22,7 @@
 #include "rxfresh.h"
 #include "rxwin.h"
 #include "room.h"
+#include "lendctl.h"
 
 struct rxfresh_case {
 	struct hbm_sock s; /* in and out: the socket's ingress state */
@@ -286,6 +287,50 @@ int floor_run(struct floor_case *c)
 	q.floor_cut = cut;
 	floor_steer(&q, &cfg, standing, target);
 	c->floor_cut = q.floor_cut;
+	return 0;
+}
+
+struct lend_case {
+	__u64 q16[HBM_PRIO_CLASSES];     /* in and out: the lender's multiples */
+	__u64 want_ns[HBM_PRIO_CLASSES]; /* in: when each class last wanted more */
+	__u64 eff_bps;     /* in: the level's rate in force */
+	__u64 rate_bps;    /* in: its guarantee */
+	__u64 ceil_bps;    /* in: its ceiling */
+	__u64 mark_ns;     /* in: its mark */
+	__u64 bytes;       /* in: what passed in the interval */
+	__u64 start_ns;    /* in: the interval's start */
+	__u64 now_ns;      /* in: the clock */
+	__s64 backlog;     /* in: the queue's backlog, ns */
+	__u32 prev_ns;     /* in: the backlog at the last interval's end; out: now's */
+	__u32 ret;         /* out: lend_tick (1: a borrower) */
+	__u32 want;        /* out: it wants more */
+	__u32 pad;
+};
+
+SEC("syscall")
+int lend_run(struct lend_case *c)
+{
+	struct hbm_config cfg = {};
+	struct hbm_queue q = {};
+	__u8 want = 0;
+	int i;
+
+	for (i = 0; i < HBM_PRIO_CLASSES; i++) {
+		q.lend_q16[i] = c->q16[i];
+		q.lend_want_ns[i] = c->want_ns[i];
+	}
+	q.eff_bps = c->eff_bps;
+	q.lend_bytes = c->bytes;
+	q.lend_ns = c->start_ns;
+	q.lend_backlog_ns = c->prev_ns;
+	cfg.rate_bps = c->rate_bps;
+	cfg.ceil_bps = c->ceil_bps;
+	cfg.mark_ns = c->mark_ns;
+	c->ret = lend_tick(&q, &cfg, c->backlog, c->now_ns, &want);
+	c->want = want;
+	for (i = 0; i < HBM_PRIO_CLASSES; i++)
+		c->q16[i] = q.lend_q16[i];
+	c->prev_ns = q.lend_backlog_ns;
 	return 0;
 }
 

@@ -138,7 +138,7 @@ type hbmHbmQueue struct {
 	EffBps          uint64
 	EffNsPerByte    uint64
 	EffFrac         uint32
-	LendPad         uint32
+	LendBacklogNs   uint32
 	EffBaseBps      uint64
 	LendNs          uint64
 	LendBytes       uint64

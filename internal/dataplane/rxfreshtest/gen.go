@@ -8,4 +8,4 @@
 // context (bpf/test/rxfresh.bpf.c). Only its tests use it.
 package rxfreshtest
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "$BPF_CORE_CFLAGS" -target bpfel -type rxfresh_case -type rxwin_case -type rxdescend_case -type learn_case -type cwnd_case -type held_case -type protect_case -type spare_case -type step_case -type floor_case -type room_case -type count_case -type hbm_dir rxfresh ../../../bpf/test/rxfresh.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "$BPF_CORE_CFLAGS" -target bpfel -type rxfresh_case -type rxwin_case -type rxdescend_case -type learn_case -type cwnd_case -type held_case -type protect_case -type spare_case -type step_case -type floor_case -type lend_case -type room_case -type count_case -type hbm_dir rxfresh ../../../bpf/test/rxfresh.bpf.c

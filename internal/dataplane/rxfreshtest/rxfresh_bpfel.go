@@ -154,7 +154,7 @@ type rxfreshHbmQueue struct {
 	EffBps          uint64
 	EffNsPerByte    uint64
 	EffFrac         uint32
-	LendPad         uint32
+	LendBacklogNs   uint32
 	EffBaseBps      uint64
 	LendNs          uint64
 	LendBytes       uint64
@@ -241,6 +241,24 @@ type rxfreshLearnCase struct {
 	GroupBps      uint64
 	LastGroupKBps uint32
 	OutGroupKBps  uint32
+}
+
+type rxfreshLendCase struct {
+	_       structs.HostLayout
+	Q16     [3]uint64
+	WantNs  [3]uint64
+	EffBps  uint64
+	RateBps uint64
+	CeilBps uint64
+	MarkNs  uint64
+	Bytes   uint64
+	StartNs uint64
+	NowNs   uint64
+	Backlog int64
+	PrevNs  uint32
+	Ret     uint32
+	Want    uint32
+	Pad     uint32
 }
 
 type rxfreshProtectCase struct {
@@ -346,6 +364,7 @@ const (
 	rxfreshProgFloorRun     = "floor_run"
 	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
+	rxfreshProgLendRun      = "lend_run"
 	rxfreshProgProtectRun   = "protect_run"
 	rxfreshProgRoomRun      = "room_run"
 	rxfreshProgRxdescendRun = "rxdescend_run"
@@ -402,6 +421,7 @@ type rxfreshProgramSpecs struct {
 	FloorRun     *ebpf.ProgramSpec `ebpf:"floor_run"`
 	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
+	LendRun      *ebpf.ProgramSpec `ebpf:"lend_run"`
 	ProtectRun   *ebpf.ProgramSpec `ebpf:"protect_run"`
 	RoomRun      *ebpf.ProgramSpec `ebpf:"room_run"`
 	RxdescendRun *ebpf.ProgramSpec `ebpf:"rxdescend_run"`
@@ -504,6 +524,7 @@ type rxfreshPrograms struct {
 	FloorRun     *ebpf.Program `ebpf:"floor_run"`
 	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
+	LendRun      *ebpf.Program `ebpf:"lend_run"`
 	ProtectRun   *ebpf.Program `ebpf:"protect_run"`
 	RoomRun      *ebpf.Program `ebpf:"room_run"`
 	RxdescendRun *ebpf.Program `ebpf:"rxdescend_run"`
@@ -520,6 +541,7 @@ func (p *rxfreshPrograms) Close() error {
 		p.FloorRun,
 		p.HeldRun,
 		p.LearnRun,
+		p.LendRun,
 		p.ProtectRun,
 		p.RoomRun,
 		p.RxdescendRun,
