@@ -28,6 +28,9 @@
  * (gate_active): the kernel asks for an active open's SYN timeout before
  * the SYN leaves, and a refused SYN is sent again by the socket's timer.
  *
+ * The backlog is the group's queue without its bound (gateq.h): what the
+ * bound forgets, the gate still waits for.
+ *
  * The timeout callback runs for a request socket, which names no cgroup:
  * the listener's limited groups are learnt from its SYN-ACKs, keyed by
  * (network namespace, port) in hbm_listen_map. Include after vmlinux.h. */
@@ -35,13 +38,13 @@
 #define HBM_GATE_H
 
 #include "cgpath.h"
+#include "gateq.h"
 #include "hbm.h"
 #include "maps.h"
 #include "policy.h"
 #include "tcp.h"
 
 #define GATE_MIN_NS (4 * 1000000ULL)   /* least wait */
-#define GATE_MAX_NS (100 * 1000000ULL) /* most wait asked for at once */
 /* A request lives 63 timeouts (tcp_synack_retries 5, each twice the last):
  * the wait is at least a 15th of the client's RTT (its ACK must come in
  * time), and a client whose RTT is not known waits at least this, which
@@ -107,14 +110,14 @@ static __always_inline __u64 jiffy_ns(__u64 now)
 	return tick ? tick : est;
 }
 
-/* gate_excess_ns is how far group id's egress backlog stands above its
- * drop-large threshold (<= 0: not over): where the policer would refuse a
- * bulk packet, the gate holds a new connection. Not the mark: a backlog
- * between the two is a burst the group may take, and what keeps the rate
- * is that the backlog stays bounded (below the clamp that would forget
- * it), not that it stays low; gating at the mark held a third of 8
- * clients' connections for a few ms each and lengthened their tail.
- * Unlocked: one aligned 64-bit read. */
+/* gate_excess_ns is how far group id's egress backlog, unbounded
+ * (gateq.h), stands above its drop-large threshold (<= 0: not over): where
+ * the policer would refuse a bulk packet, the gate holds a new connection.
+ * Not the mark: a backlog between the two is a burst the group may take,
+ * and what keeps the rate is that the backlog stays bounded (below the
+ * clamp that would forget it), not that it stays low; gating at the mark
+ * held a third of 8 clients' connections for a few ms each and lengthened
+ * their tail. Unlocked: aligned 64-bit reads. */
 static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
 {
 	struct hbm_key key = { .cgroup_id = id, .dir = HBM_DIR_EGRESS };
@@ -127,7 +130,7 @@ static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
 	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 	if (!q)
 		return 0;
-	return (__s64)(q->vtime_ns - now) - (__s64)cfg->drop_large_ns;
+	return gate_over_ns(q, cfg, now);
 }
 
 /* peer_key fills k with the socket's remote address and network namespace. */

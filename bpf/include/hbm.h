@@ -166,6 +166,9 @@ struct hbm_queue {
 	__u64 ctl_unpaced; /* egress: wire bytes TCP does not pace (a connection's
 	                    * first segments) in the control interval ... */
 	__u64 unpaced_Bps; /* ... as a rate, smoothed (the share's floor, share.h) */
+	__u64 gate_vt_ns;  /* vtime_ns as it would be without the backlog's bound,
+	                    * until the queue drains to its mark: what the
+	                    * handshake gate waits out (gateq.h) */
 	/* Borrowing (lend.h). The rate in force, written once per lending
 	 * interval, not divided per packet: */
 	__u64 eff_bps;          /* rate_bps plus what the group borrows */

@@ -34,6 +34,7 @@
 #include "maps.h"
 #include "pkt.h"
 #include "vqueue.h"
+#include "gateq.h"
 #include "share.h"
 
 /* Resolution of the cwr probability ramp. */
@@ -351,8 +352,9 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	bpf_spin_lock(&q->lock);
 	rate_sync(q, cfg);
 	backlog = vq_clamp(q, cfg, v->now);
-	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && backlog > (__s64)cfg->drop_large_ns) {
-		/* gate.h: its timer sends it again once the backlog drained. */
+	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && gate_backlog(q, cfg, backlog, v->now) > (__s64)cfg->drop_large_ns) {
+		/* gate.h: its timer sends it again once the backlog drained
+		 * (the gate's, unbounded: gateq.h). */
 		st->gated++;
 		bpf_spin_unlock(&q->lock);
 		return POLICE_DROP;
@@ -371,6 +373,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		st->dropped += v->p.segs;
 		st->dropped_bytes += v->p.wire_bytes;
 	} else {
+		gate_charge(q, cfg, q->vtime_ns, cost, v->now);
 		q->vtime_ns += cost;
 		q->frac = frac;
 		st->packets += v->p.segs;
@@ -485,6 +488,7 @@ static __always_inline void refund(struct verdict *v)
 			continue;
 		bpf_spin_lock(&q->lock);
 		q->vtime_ns -= (__u64)v->charged_ns16[i] << 4;
+		q->gate_vt_ns -= (__u64)v->charged_ns16[i] << 4;
 		q->st.packets -= v->p.segs;
 		q->st.bytes -= v->p.wire_bytes;
 		bpf_spin_unlock(&q->lock);

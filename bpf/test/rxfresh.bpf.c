@@ -14,7 +14,8 @@
  * floor_run the floor's cut at an interval's end (share.h, floor_steer);
  * room_run the room a transfer's first window is given (room.h);
  * count_run a flow counted in its group's flow-count windows (share.h,
- * share_count); lend_run a lending interval's end (lendctl.h, lend_tick). */
+ * share_count); lend_run a lending interval's end (lendctl.h, lend_tick);
+ * gate_run the handshake gate's queue (gateq.h). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -23,6 +24,7 @@
 #include "rxwin.h"
 #include "room.h"
 #include "lendctl.h"
+#include "gateq.h"
 
 struct rxfresh_case {
 	struct hbm_sock s; /* in and out: the socket's ingress state */
@@ -331,6 +333,33 @@ int lend_run(struct lend_case *c)
 	for (i = 0; i < HBM_PRIO_CLASSES; i++)
 		c->q16[i] = q.lend_q16[i];
 	c->prev_ns = q.lend_backlog_ns;
+	return 0;
+}
+
+struct gate_case {
+	__u64 vtime_ns;      /* in: the queue's vtime (after vq_clamp) */
+	__u64 gate_vt_ns;    /* in and out: the gate's queue */
+	__u64 now_ns;        /* in: the clock */
+	__u64 drop_large_ns; /* in: the limit's drop-large threshold */
+	__u64 cost_ns;       /* in: a packet's charge (0: none) */
+	__s64 over_ns;       /* out: gate_over_ns before the packet */
+};
+
+SEC("syscall")
+int gate_run(struct gate_case *c)
+{
+	struct hbm_config cfg = {};
+	struct hbm_queue q = {};
+
+	q.vtime_ns = c->vtime_ns;
+	q.gate_vt_ns = c->gate_vt_ns;
+	cfg.drop_large_ns = c->drop_large_ns;
+	cfg.max_backlog_ns = 48000000; /* the defaults' bound and mark (rate.Default) */
+	cfg.mark_ns = 4000000;
+	c->over_ns = gate_over_ns(&q, &cfg, c->now_ns);
+	if (c->cost_ns)
+		gate_charge(&q, &cfg, q.vtime_ns, c->cost_ns, c->now_ns);
+	c->gate_vt_ns = q.gate_vt_ns;
 	return 0;
 }
 

@@ -135,6 +135,7 @@ type hbmHbmQueue struct {
 	CtlMinBacklogNs int64
 	CtlUnpaced      uint64
 	UnpacedBps      uint64
+	GateVtNs        uint64
 	EffBps          uint64
 	EffNsPerByte    uint64
 	EffFrac         uint32

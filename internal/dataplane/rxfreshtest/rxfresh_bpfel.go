@@ -46,6 +46,16 @@ type rxfreshFloorCase struct {
 	Pad      uint32
 }
 
+type rxfreshGateCase struct {
+	_           structs.HostLayout
+	VtimeNs     uint64
+	GateVtNs    uint64
+	NowNs       uint64
+	DropLargeNs uint64
+	CostNs      uint64
+	OverNs      int64
+}
+
 type rxfreshHbmClock struct {
 	_        structs.HostLayout
 	Jiffies0 uint64
@@ -151,6 +161,7 @@ type rxfreshHbmQueue struct {
 	CtlMinBacklogNs int64
 	CtlUnpaced      uint64
 	UnpacedBps      uint64
+	GateVtNs        uint64
 	EffBps          uint64
 	EffNsPerByte    uint64
 	EffFrac         uint32
@@ -362,6 +373,7 @@ const (
 	rxfreshProgCountRun     = "count_run"
 	rxfreshProgCwndRun      = "cwnd_run"
 	rxfreshProgFloorRun     = "floor_run"
+	rxfreshProgGateRun      = "gate_run"
 	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
 	rxfreshProgLendRun      = "lend_run"
@@ -419,6 +431,7 @@ type rxfreshProgramSpecs struct {
 	CountRun     *ebpf.ProgramSpec `ebpf:"count_run"`
 	CwndRun      *ebpf.ProgramSpec `ebpf:"cwnd_run"`
 	FloorRun     *ebpf.ProgramSpec `ebpf:"floor_run"`
+	GateRun      *ebpf.ProgramSpec `ebpf:"gate_run"`
 	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
 	LendRun      *ebpf.ProgramSpec `ebpf:"lend_run"`
@@ -522,6 +535,7 @@ type rxfreshPrograms struct {
 	CountRun     *ebpf.Program `ebpf:"count_run"`
 	CwndRun      *ebpf.Program `ebpf:"cwnd_run"`
 	FloorRun     *ebpf.Program `ebpf:"floor_run"`
+	GateRun      *ebpf.Program `ebpf:"gate_run"`
 	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
 	LendRun      *ebpf.Program `ebpf:"lend_run"`
@@ -539,6 +553,7 @@ func (p *rxfreshPrograms) Close() error {
 		p.CountRun,
 		p.CwndRun,
 		p.FloorRun,
+		p.GateRun,
 		p.HeldRun,
 		p.LearnRun,
 		p.LendRun,

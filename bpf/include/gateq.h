@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The handshake gate's queue (gate.h says what the gate is; this is its
+ * arithmetic on a group's queue, pure functions tested by
+ * BPF_PROG_TEST_RUN: internal/dataplane/rxfreshtest, TestGateQueue).
+ *
+ * The gate holds a new connection while its group's backlog stands above
+ * the drop-large threshold, for the time the excess takes to drain. The
+ * queue's own backlog is bounded (max_backlog_ns, vqueue.h, vq_clamp): past
+ * the bound the policer forgets what passed, so that a flood's recovery
+ * stays bounded. What passes the bound on egress is mostly what the policer
+ * never refuses: connections' first flights, the ones the gate let go. A
+ * gate that answered to the bounded backlog could never ask more than the
+ * bound less the threshold (36 ms at the defaults), and where a round of the
+ * group's new connections needs more, what they sent past the bound was
+ * never waited for: 128 clients of 3 KB responses on a new connection each
+ * sent 1.8x a 50mbit limit, every connection held (docs/design.md, "The
+ * gate's queue"). So the gate keeps the same queue without the bound,
+ * gate_vt_ns: charged with every packet the group's queue is charged with
+ * (and refunded with it), never cut at the bound, and at most GATE_MAX_NS
+ * past the threshold and the allowance below. Two things make it forget, as
+ * the bounded queue did for every burst before:
+ * - an allowance of one bound's worth of what the bound cut: a group's
+ *   first flights starting together (64 new clients at once) pass the bound
+ *   once, and waiting all of it out held every connection after it and
+ *   made their P99 longer (107-111 against 103-104 ms); a group over its
+ *   rate round after round passes the allowance, and
+ *   past it the gate waits for every byte;
+ * - the group's queue draining to its mark: the group is under its rate
+ *   again, and what passed before is not repaid by holding connections
+ *   later (else every connection was held for the rest of the run).
+ * Where the bound never cuts, it is the group's queue. Include after
+ * vmlinux.h and hbm.h. */
+#ifndef HBM_GATEQ_H
+#define HBM_GATEQ_H
+
+#include "hbm.h"
+
+#define GATE_MAX_NS (100 * 1000000ULL) /* most wait asked for at once */
+
+/* gate_charge charges the gate's queue with a packet of cost ns that the
+ * group's queue, at prev before it (after vq_clamp), was charged with: on
+ * top of what the bound cut, or from prev where the gate's queue has fallen
+ * behind it (a refund, the group's credit) or the group's queue stands at
+ * or below its mark. Call with q locked. */
+static __always_inline void gate_charge(struct hbm_queue *q, const struct hbm_config *cfg, __u64 prev,
+					__u64 cost, __u64 now)
+{
+	__u64 vt = q->gate_vt_ns, end = now + cfg->max_backlog_ns + cfg->drop_large_ns + GATE_MAX_NS;
+
+	if ((__s64)(vt - prev) < 0 || (__s64)(prev - now) <= (__s64)cfg->mark_ns)
+		vt = prev;
+	vt += cost;
+	if ((__s64)(vt - end) > 0)
+		vt = end;
+	q->gate_vt_ns = vt;
+}
+
+/* gate_backlog is the backlog the gate answers to: the group's queue's
+ * (backlog), or the gate's past the allowance (one bound). */
+static __always_inline __s64 gate_backlog(const struct hbm_queue *q, const struct hbm_config *cfg, __s64 backlog,
+					  __u64 now)
+{
+	__s64 held = (__s64)(q->gate_vt_ns - now) - (__s64)cfg->max_backlog_ns;
+
+	return held > backlog ? held : backlog;
+}
+
+/* gate_over_ns is how far that backlog stands above the limit's drop-large
+ * threshold (<= 0: not over). Unlocked callers read two aligned 64-bit
+ * words. */
+static __always_inline __s64 gate_over_ns(const struct hbm_queue *q, const struct hbm_config *cfg, __u64 now)
+{
+	return gate_backlog(q, cfg, (__s64)(q->vtime_ns - now), now) - (__s64)cfg->drop_large_ns;
+}
+
+#endif /* HBM_GATEQ_H */

@@ -1,0 +1,63 @@
+package rxfreshtest
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestGateQueue is the handshake gate's queue (bpf/include/gateq.h): the
+// group's virtual queue without its bound, whose excess a new connection
+// waits out past one bound's worth of what the bound cut (a burst's, as
+// before), until the group's queue drains to its mark. Each mutant fails
+// rows: a gate that answers to the bounded queue alone the "past the
+// allowance" rows; one whose queue does not start again from the group's
+// where it fell behind the "behind" rows; one that keeps the debt after the
+// queue drained the "drained" row.
+func TestGateQueue(t *testing.T) {
+	objs := load(t)
+	const (
+		ms    = 1_000_000
+		now   = 1_000 * ms
+		dl    = 12 * ms // drop-large
+		bound = 48 * ms // max backlog (the harness's)
+		// the most the gate's queue holds: GATE_MAX_NS past the
+		// threshold, past the allowance
+		end = now + bound + dl + 100*ms
+	)
+	for _, tc := range []struct {
+		name          string
+		vtime, gateVt uint64
+		cost          uint64
+		over          int64
+		gateVtOut     uint64
+	}{
+		{"never cut: the gate's queue is the group's", now + 5*ms, now + 5*ms, ms, 5*ms - dl, now + 6*ms},
+		{"behind the group's (it drained to credit, or a new queue): charged from the group's",
+			now - 2*ms, 0, ms, -2*ms - dl, now - ms},
+		{"behind the group's (a refund): charged from the group's",
+			now + 20*ms, now + 19*ms, ms, 8 * ms, now + 21*ms},
+		{"cut at the bound, within the allowance (a burst's): over by the group's queue",
+			now + 48*ms, now + 70*ms, ms, 36 * ms, now + 71*ms},
+		{"cut past the allowance: over by what the bound forgot past it",
+			now + 48*ms, now + 120*ms, ms, 60 * ms, now + 121*ms},
+		{"past the allowance while the group's queue stands above its mark: kept",
+			now + 10*ms, now + 100*ms, ms, 40 * ms, now + 101*ms},
+		{"past the allowance, the group's queue drained to its mark: forgiven at the next packet",
+			now + 3*ms, now + 100*ms, ms, 40 * ms, now + 4*ms},
+		{"a gate's queue in the past counts nothing",
+			now + 20*ms, now - 5*ms, ms, 8 * ms, now + 21*ms},
+		{"at most GATE_MAX_NS past the threshold",
+			now + 48*ms, end - ms/2, ms, 100*ms - ms/2, end},
+		{"no packet: unchanged", now + 48*ms, now + 120*ms, 0, 60 * ms, now + 120*ms},
+	} {
+		c := rxfreshGateCase{VtimeNs: tc.vtime, GateVtNs: tc.gateVt, NowNs: now, DropLargeNs: dl, CostNs: tc.cost}
+		if _, err := objs.GateRun.Run(&ebpf.RunOptions{Context: &c, ContextOut: &c}); err != nil {
+			t.Fatalf("%s: test run: %v", tc.name, err)
+		}
+		if c.OverNs != tc.over || c.GateVtNs != tc.gateVtOut {
+			t.Errorf("%s: over %d ns, gate's queue at now%+d; want %d, now%+d",
+				tc.name, c.OverNs, int64(c.GateVtNs-now), tc.over, int64(tc.gateVtOut-now))
+		}
+	}
+}
