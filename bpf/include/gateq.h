@@ -23,8 +23,8 @@
  *   first flights starting together (64 new clients at once) pass the bound
  *   once, and waiting all of it out held every connection after it and
  *   made their P99 longer (107-111 against 103-104 ms); a group over its
- *   rate round after round passes the allowance, and
- *   past it the gate waits for every byte;
+ *   rate round after round passes the allowance, and past it the gate
+ *   waits for every byte;
  * - the group's queue draining to its mark: the group is under its rate
  *   again, and what passed before is not repaid by holding connections
  *   later (else every connection was held for the rest of the run).
@@ -55,22 +55,16 @@ static __always_inline void gate_charge(struct hbm_queue *q, const struct hbm_co
 	q->gate_vt_ns = vt;
 }
 
-/* gate_backlog is the backlog the gate answers to: the group's queue's
- * (backlog), or the gate's past the allowance (one bound). */
-static __always_inline __s64 gate_backlog(const struct hbm_queue *q, const struct hbm_config *cfg, __s64 backlog,
-					  __u64 now)
-{
-	__s64 held = (__s64)(q->gate_vt_ns - now) - (__s64)cfg->max_backlog_ns;
-
-	return held > backlog ? held : backlog;
-}
-
-/* gate_over_ns is how far that backlog stands above the limit's drop-large
- * threshold (<= 0: not over). Unlocked callers read two aligned 64-bit
- * words. */
+/* gate_over_ns is how far the backlog the gate answers to stands above the
+ * limit's drop-large threshold (<= 0: not over): the group's queue's, or
+ * the gate's past the allowance (one bound). Unlocked callers read two
+ * aligned 64-bit words. */
 static __always_inline __s64 gate_over_ns(const struct hbm_queue *q, const struct hbm_config *cfg, __u64 now)
 {
-	return gate_backlog(q, cfg, (__s64)(q->vtime_ns - now), now) - (__s64)cfg->drop_large_ns;
+	__s64 backlog = (__s64)(q->vtime_ns - now);
+	__s64 held = (__s64)(q->gate_vt_ns - now) - (__s64)cfg->max_backlog_ns;
+
+	return (held > backlog ? held : backlog) - (__s64)cfg->drop_large_ns;
 }
 
 #endif /* HBM_GATEQ_H */

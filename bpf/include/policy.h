@@ -352,7 +352,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	bpf_spin_lock(&q->lock);
 	rate_sync(q, cfg);
 	backlog = vq_clamp(q, cfg, v->now);
-	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && gate_backlog(q, cfg, backlog, v->now) > (__s64)cfg->drop_large_ns) {
+	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && gate_over_ns(q, cfg, v->now) > 0) {
 		/* gate.h: its timer sends it again once the backlog drained
 		 * (the gate's, unbounded: gateq.h). */
 		st->gated++;

@@ -340,7 +340,9 @@ struct gate_case {
 	__u64 vtime_ns;      /* in: the queue's vtime (after vq_clamp) */
 	__u64 gate_vt_ns;    /* in and out: the gate's queue */
 	__u64 now_ns;        /* in: the clock */
-	__u64 drop_large_ns; /* in: the limit's drop-large threshold */
+	__u64 drop_large_ns; /* in: the limit's drop-large threshold ... */
+	__u64 mark_ns;       /* in: ... its mark ... */
+	__u64 max_backlog_ns; /* in: ... and its backlog's bound */
 	__u64 cost_ns;       /* in: a packet's charge (0: none) */
 	__s64 over_ns;       /* out: gate_over_ns before the packet */
 };
@@ -354,8 +356,8 @@ int gate_run(struct gate_case *c)
 	q.vtime_ns = c->vtime_ns;
 	q.gate_vt_ns = c->gate_vt_ns;
 	cfg.drop_large_ns = c->drop_large_ns;
-	cfg.max_backlog_ns = 48000000; /* the defaults' bound and mark (rate.Default) */
-	cfg.mark_ns = 4000000;
+	cfg.mark_ns = c->mark_ns;
+	cfg.max_backlog_ns = c->max_backlog_ns;
 	c->over_ns = gate_over_ns(&q, &cfg, c->now_ns);
 	if (c->cost_ns)
 		gate_charge(&q, &cfg, q.vtime_ns, c->cost_ns, c->now_ns);

@@ -17,10 +17,12 @@ import (
 func TestGateQueue(t *testing.T) {
 	objs := load(t)
 	const (
-		ms    = 1_000_000
-		now   = 1_000 * ms
+		ms  = 1_000_000
+		now = 1_000 * ms
+		// the defaults at any rate they fit (rate.Default)
 		dl    = 12 * ms // drop-large
-		bound = 48 * ms // max backlog (the harness's)
+		mark  = 4 * ms
+		bound = 48 * ms // max backlog
 		// the most the gate's queue holds: GATE_MAX_NS past the
 		// threshold, past the allowance
 		end = now + bound + dl + 100*ms
@@ -51,7 +53,7 @@ func TestGateQueue(t *testing.T) {
 			now + 48*ms, end - ms/2, ms, 100*ms - ms/2, end},
 		{"no packet: unchanged", now + 48*ms, now + 120*ms, 0, 60 * ms, now + 120*ms},
 	} {
-		c := rxfreshGateCase{VtimeNs: tc.vtime, GateVtNs: tc.gateVt, NowNs: now, DropLargeNs: dl, CostNs: tc.cost}
+		c := rxfreshGateCase{VtimeNs: tc.vtime, GateVtNs: tc.gateVt, NowNs: now, DropLargeNs: dl, MarkNs: mark, MaxBacklogNs: bound, CostNs: tc.cost}
 		if _, err := objs.GateRun.Run(&ebpf.RunOptions{Context: &c, ContextOut: &c}); err != nil {
 			t.Fatalf("%s: test run: %v", tc.name, err)
 		}

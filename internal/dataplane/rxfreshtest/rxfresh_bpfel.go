@@ -47,13 +47,15 @@ type rxfreshFloorCase struct {
 }
 
 type rxfreshGateCase struct {
-	_           structs.HostLayout
-	VtimeNs     uint64
-	GateVtNs    uint64
-	NowNs       uint64
-	DropLargeNs uint64
-	CostNs      uint64
-	OverNs      int64
+	_            structs.HostLayout
+	VtimeNs      uint64
+	GateVtNs     uint64
+	NowNs        uint64
+	DropLargeNs  uint64
+	MarkNs       uint64
+	MaxBacklogNs uint64
+	CostNs       uint64
+	OverNs       int64
 }
 
 type rxfreshHbmClock struct {
