@@ -39,7 +39,7 @@
  *    limit, so the group is neither starved (BBR spirals down under lower
  *    floors) nor let over it by its number of connections.
  * Shares are in payload bytes, the unit TCP paces in; the limit counts wire
- * bytes (headers of every segment), so the floor is scaled by the measured
+ * bytes (every segment's frame: pkt.h), so the floor is scaled by the measured
  * payload / wire ratio of the group's TCP traffic.
  */
 #ifndef HBM_SHARE_H
@@ -64,7 +64,7 @@
 #define FLOW_WINDOW_MAX_NS  4000000000ULL
 #define FLOW_WINDOW_GAPS    2                 /* window: this many sending gaps */
 #define FLOW_GAP_MIN_BYTES  (2 * 1514ULL)     /* a gap is at least two full segments */
-#define PAYLOAD_Q16_DEFAULT 63250        /* 1448 / 1500 in 16-bit fixed point */
+#define PAYLOAD_Q16_DEFAULT 62679        /* 1448 / 1514 in 16-bit fixed point */
 /* Ingress: fresh bursts together may take at most 7/8 of a group's rate
  * (bulk flows keep an eighth): a group's budget, FRESH_BURST_BYTES deep,
  * charged at 8/7 of a packet's cost. */

@@ -12,15 +12,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Rates counts, on one interface, the IP bytes of the TCP and UDP packets
-// it receives, per destination port, in windows of a fixed width from an
-// origin: the rate of each traffic class over time as the wire delivered
-// it (what `tcpdump -w` and a script summing IP lengths per port and
-// window would give), without writing a capture. Packets the interface
-// sends are not counted. A GSO packet (a veth carries the sender's TSO
-// packets whole) counts as the segments a NIC would send it as, each with
-// its own IP and TCP or UDP headers, as HBM's policer and htb charge it:
-// counted once, 5-10 KB packets read 1.5-3% below what a wire carries.
+// Rates counts, on one interface, the frame bytes of the IPv4 TCP and UDP
+// packets it receives, per destination port, in windows of a fixed width
+// from an origin: the rate of each traffic class over time as the wire
+// delivered it (what `tcpdump -w` and a script summing frame lengths per
+// port and window would give), without writing a capture. Packets the
+// interface sends are not counted. A GSO packet (a veth carries the
+// sender's TSO packets whole) counts as the segments a NIC would send it
+// as, each with its own Ethernet, IP and TCP or UDP headers, as HBM's
+// policer and htb charge it: counted once, 5-10 KB packets read 1.5-3%
+// below what a wire carries.
 type Rates struct {
 	fd       int
 	origin   int64 // Unix ns
@@ -142,6 +143,9 @@ func (r *Rates) windowOf(t int64) int {
 // segment size of a GSO packet, 0 for others.
 const vnetHdrLen = 10
 
+// ethHdrBytes is the Ethernet header every segment carries on the wire.
+const ethHdrBytes = 14
+
 // count adds one packet (an Ethernet frame's first bytes, as received at
 // Unix ns t; gsoSize its GSO segment size, 0 if not GSO): IPv4 TCP or UDP
 // toward a counted port.
@@ -160,6 +164,7 @@ func (r *Rates) count(frame []byte, gsoSize int, t int64) bool {
 		return false
 	}
 	n := uint64(binary.BigEndian.Uint16(ip[2:4]))
+	segs := uint64(1)
 	if gsoSize > 0 {
 		hdr := ihl + 8 // UDP
 		if ip[9] == unix.IPPROTO_TCP {
@@ -169,12 +174,13 @@ func (r *Rates) count(frame []byte, gsoSize int, t int64) bool {
 			}
 		}
 		if hdr > 0 && n > uint64(hdr) {
-			segs := (n - uint64(hdr) + uint64(gsoSize) - 1) / uint64(gsoSize)
-			if segs > 1 {
+			if k := (n - uint64(hdr) + uint64(gsoSize) - 1) / uint64(gsoSize); k > 1 {
+				segs = k
 				n += (segs - 1) * uint64(hdr)
 			}
 		}
 	}
+	n += segs * ethHdrBytes
 	if _, seen := r.first[port]; !seen && n > 1000 {
 		r.first[port] = t
 	}

@@ -39,9 +39,9 @@ func TestRatesCount(t *testing.T) {
 		{ipFrame(1, 1500, 5201), 0, at(5), false},      // not TCP or UDP
 		{ipFrame(6, 1500, 5201)[:20], 0, at(5), false}, // cut short
 		// A GSO packet of 5 segments of 1448 bytes (the last 1000): counted
-		// as five packets, each with its 52 bytes of headers.
+		// as five frames, each with its 14 + 52 bytes of headers.
 		{ipFrame(6, 52+4*1448+1000, 5201), 1448, at(35), true},
-		// UDP GSO, 3 datagrams of 1000 bytes: 28 bytes of headers each.
+		// UDP GSO, 3 datagrams of 1000 bytes: 14 + 28 bytes of headers each.
 		{ipFrame(17, 28+3000, 5202), 1000, at(36), true},
 		// A GSO size past the payload: one segment.
 		{ipFrame(6, 1500, 5201), 9000, at(45), true},
@@ -50,11 +50,12 @@ func TestRatesCount(t *testing.T) {
 			t.Errorf("count at %d: %v, want %v", c.t, got, c.want)
 		}
 	}
-	if got := r.ports[5201]; len(got) != 5 || got[0] != 3000 || got[3] != 5*52+4*1448+1000 || got[4] != 1500 {
-		t.Errorf("5201: %v, want [3000 0 0 %d 1500]", got, 5*52+4*1448+1000)
+	// Frames: every segment with its 14 bytes of Ethernet header.
+	if got := r.ports[5201]; len(got) != 5 || got[0] != 2*1514 || got[3] != 5*(14+52)+4*1448+1000 || got[4] != 1514 {
+		t.Errorf("5201: %v, want [3028 0 0 %d 1514]", got, 5*(14+52)+4*1448+1000)
 	}
-	if got := r.ports[5202]; len(got) != 4 || got[1] != 52 || got[2] != 1200 || got[3] != 3*28+3000 {
-		t.Errorf("5202: %v, want [0 52 1200 %d]", got, 3*28+3000)
+	if got := r.ports[5202]; len(got) != 4 || got[1] != 66 || got[2] != 1214 || got[3] != 3*(14+28)+3000 {
+		t.Errorf("5202: %v, want [0 66 1214 %d]", got, 3*(14+28)+3000)
 	}
 	if r.first[5201] != at(-1) || r.first[5202] != at(25) {
 		t.Errorf("first data: %v, want 5201 at -1 ms and 5202 at 25 ms", r.first)

@@ -164,6 +164,7 @@ const (
 	ecnECT1   = 1
 	ecnCE     = 3
 	tcpHdr    = 32 // with timestamps
+	ethHdr    = 14 // every segment's link-layer header, charged as tc counts frames
 	udpHdr    = 8
 )
 
@@ -345,14 +346,14 @@ func TestCWRRamp(t *testing.T) {
 	}
 }
 
-// A GSO packet costs its payload plus every segment's headers, and counts as
-// its segments.
+// A GSO packet costs its payload plus every segment's headers (the link
+// layer's too), and counts as its segments.
 func TestGSOCost(t *testing.T) {
 	h := newHarness(t, limit1G)
 	// A test run's packet must fit in a page: 4 segments of 700 bytes.
 	const segs, mss = 4, 700
 	pkt := ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(segs*mss))
-	wire := uint64(segs * (20 + tcpHdr + mss))
+	wire := uint64(segs * (ethHdr + 20 + tcpHdr + mss))
 	h.setBacklog(0) // nothing clamps: vtime moves by exactly the cost
 	before := h.counters()
 	v0 := h.vtime()
@@ -379,7 +380,7 @@ func TestChargeExact(t *testing.T) {
 		l := Limit{Rate: r, Thresholds: rate.Default(r), NoPace: true}
 		h := newHarness(t, l)
 		const n = 50
-		pkt := ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(72)) // 100 bytes
+		pkt := ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(72)) // 100 IP bytes, a 114-byte frame
 		// The queue stands at 0 and keeps the default burst of credit:
 		// runs that take longer than half of it (a loaded machine: 8 ms
 		// seen in CI) let the clock pass the queue, which the clamp then
@@ -396,9 +397,9 @@ func TestChargeExact(t *testing.T) {
 				break
 			}
 		}
-		want := r.CostExact(n * 100)
+		want := r.CostExact(n * (ethHdr + 100))
 		// The queue stood at 0, so nothing was clamped unless the clock ran
-		// past it: at 400 Gbit/s 5000 bytes are 100 ns.
+		// past it: at 400 Gbit/s 5700 bytes are 114 ns.
 		if r == rate.Max {
 			if got > want+1 {
 				t.Errorf("%v: advanced %.0f ns, more than the cost %.0f", r, got, want)

@@ -124,7 +124,7 @@ func TestIngressNoDrop(t *testing.T) {
 func TestIngressGROCost(t *testing.T) {
 	h := newHarnessDir(t, Ingress, limit1G)
 	const segs, mss = 4, 700
-	wire := uint64(segs * (20 + tcpHdr + mss))
+	wire := uint64(segs * (ethHdr + 20 + tcpHdr + mss))
 	h.setBacklog(0)
 	before := h.counters()
 	v0 := h.vtime()

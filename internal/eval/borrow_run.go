@@ -526,7 +526,7 @@ func wake(rates []float64, ws float64, a, b time.Duration, first, origin time.Ti
 
 // timelineSource says where a timeline's bytes were counted.
 func (tc *timelineCount) source() string {
-	return "IP bytes of the TCP and UDP packets received toward each group's server ports (a GSO packet as its segments, each with its headers), counted on " + strings.Join(tc.where, ", ")
+	return "Frame bytes of the TCP and UDP packets received toward each group's server ports (a GSO packet as its segments, each with its headers), counted on " + strings.Join(tc.where, ", ")
 }
 
 // timelineLine sums a timeline up for the progress line: each phase's

@@ -61,7 +61,7 @@ func (t Thresholds) Incast(markGiven, burstGiven bool) Thresholds {
 // (1 ms at 8 kbit/s is one byte), so each threshold also holds this many
 // full-size packets, and the drop thresholds leave room above the mark one.
 const (
-	MTUBytes        = 1500
+	FrameBytes      = 1514 // a full-size Ethernet frame, as the data plane charges it (pkt.h)
 	burstFloorPkts  = 2
 	markFloorPkts   = 4
 	dropLargeMargin = 8 // packets between mark and drop-large, at least
@@ -82,7 +82,7 @@ func Default(r Rate) Thresholds {
 // Fit raises each threshold to its floor at r, orders them (burst, mark <=
 // drop-large <= drop-small) and derives MaxBacklog when unset.
 func (t Thresholds) Fit(r Rate) Thresholds {
-	pkt := func(n uint64) time.Duration { return time.Duration(r.CostExact(n*MTUBytes) + 0.5) }
+	pkt := func(n uint64) time.Duration { return time.Duration(r.CostExact(n*FrameBytes) + 0.5) }
 	t.Burst = max(t.Burst, pkt(burstFloorPkts))
 	t.Mark = max(t.Mark, pkt(markFloorPkts))
 	t.Pace = min(t.Pace, t.Mark)

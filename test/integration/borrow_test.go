@@ -44,7 +44,7 @@ func TestEgressBorrow(t *testing.T) {
 
 	t.Run("both", func(t *testing.T) {
 		ga, gb := l.runBoth(t, adir, bdir)
-		// Goodput is payload: about 0.965 of the wire rate.
+		// Goodput is payload: about 0.956 of the wire rate (frames).
 		fa, fb := ga.Goodput/120e6, gb.Goodput/280e6
 		t.Logf("/p/a %.1f Mbit/s (%.3f of its 120mbit), /p/b %.1f Mbit/s (%.3f of its 280mbit), together %.3f of 400mbit",
 			ga.Goodput/1e6, fa, gb.Goodput/1e6, fb, (ga.Goodput+gb.Goodput)/400e6)
