@@ -61,7 +61,7 @@ func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
 	}
 	return &GroupCollector{
 		list: list, labels: labels,
-		bytes:        d("hbm_group_bytes_total", "Bytes a limited group passed in the direction, at the IP level (a GSO packet counts as its segments' wire bytes)."),
+		bytes:        d("hbm_group_bytes_total", "Bytes a limited group passed in the direction, in frames as tc counts them (IP length plus a 14-byte Ethernet header a packet; a GSO packet counts as its segments' frames)."),
 		packets:      d("hbm_group_packets_total", "Packets a limited group passed in the direction (a GSO packet counts as its segments)."),
 		marked:       d("hbm_group_ce_marked_packets_total", "Packets HBM marked with ECN CE."),
 		cwr:          d("hbm_group_cwr_packets_total", "Packets for which HBM returned the congestion code that makes TCP enter CWR (egress)."),
@@ -71,8 +71,8 @@ func NewGroupCollector(list Lister, labels Labels) *GroupCollector {
 		// The issue asked for hbm_group_limit_bits_per_second; Prometheus'
 		// naming guide (and promtool check metrics) want the base unit,
 		// bytes, which also divides hbm_group_bytes_total's rate directly.
-		limit:   d("hbm_group_limit_bytes_per_second", "The group's limit in the direction, in bytes per second at the IP level (hbm set's rate / 8): what it is guaranteed, where it has a ceiling."),
-		ceil:    d("hbm_group_ceil_bytes_per_second", "The most the group may take by borrowing, in bytes per second at the IP level (the limit where it has no ceiling)."),
+		limit:   d("hbm_group_limit_bytes_per_second", "The group's limit in the direction, in bytes per second of frames (hbm set's rate / 8): what it is guaranteed, where it has a ceiling."),
+		ceil:    d("hbm_group_ceil_bytes_per_second", "The most the group may take by borrowing, in bytes per second of frames (the limit where it has no ceiling)."),
 		inForce: d("hbm_group_rate_in_force_bytes_per_second", "The rate in force: the limit, plus what the group borrows now (at most its ceiling)."),
 		// Info style (always 1, the class a label): a class has no order
 		// a number would carry, and the other series keep their labels.

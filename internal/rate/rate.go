@@ -11,7 +11,9 @@ import (
 	"strings"
 )
 
-// Rate is a bandwidth in bits per second, counted at the IP level.
+// Rate is a bandwidth in bits per second, counted in frames as tc counts
+// them: every packet (every GSO segment) its IP length plus an Ethernet
+// header (bpf/include/pkt.h).
 type Rate uint64
 
 // The range hbm accepts: from one 1000-byte packet a second to 400 Gbit/s.
