@@ -454,8 +454,8 @@ int room_run(struct room_case *c)
 		c->segs = segs;
 		break;
 	case ROOM_CHARGE:
-		/* As police_level: clamp, then each full segment's wire bytes. */
-		wire = (__u64)s->room_segs * (mss + 52);
+		/* As police_level: clamp, then each full segment's frame (pkt.h). */
+		wire = (__u64)s->room_segs * (mss + 52 + LINK_HDR_BYTES);
 		s->plan_ns = 0; /* xfer_begin */
 		bpf_spin_lock(&q->lock);
 		rate_sync(q, &cfg);
