@@ -596,7 +596,7 @@ func TestIngressCLI(t *testing.T) {
 // TestIngressLimitSweep: a plain ingress limit holds N bulk streams of ECN
 // senders (cubic+ECN, DCTCP) within [0.80, 1.08] of the limit (2gbit:
 // [0.70, 1.08]), frames counted on the receiver's interface (Ethernet
-// headers included: a limit held exactly on IP bytes reads about 1.01), for
+// headers included, as the limit counts them since pkt.h's LINK_HDR_BYTES), for
 // N = 1, 4, 16 at 500mbit, 1gbit and 2gbit. The path is not the bottleneck (20 Gbit/s). Bounds wider
 // than the design target [0.85, 1.05] so that a loaded CI machine passes,
 // narrow enough to catch a limiter that starves (the receive-window assist
