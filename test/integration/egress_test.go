@@ -365,7 +365,7 @@ func TestEgressNestedChildFlood(t *testing.T) {
 	if u.err != nil || c.err != nil {
 		t.Fatalf("clients: udp %v, tcp %v", u.err, c.err)
 	}
-	// UDP goodput is payload: a 1472-byte datagram is 1500 IP bytes.
+	// UDP goodput is payload: a 1472-byte datagram is a 1514-byte frame.
 	a := u.r.UDPGoodput / 100e6
 	b := c.r.Goodput / 900e6
 	t.Logf("/p/a UDP %.1f Mbit/s (%.3f of 100mbit), offered %.0f; /p/b TCP %.1f Mbit/s (%.3f of the 900 left)",
