@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hbm-dev/hbm/internal/rate"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -143,9 +144,6 @@ func (r *Rates) windowOf(t int64) int {
 // segment size of a GSO packet, 0 for others.
 const vnetHdrLen = 10
 
-// ethHdrBytes is the Ethernet header every segment carries on the wire.
-const ethHdrBytes = 14
-
 // count adds one packet (an Ethernet frame's first bytes, as received at
 // Unix ns t; gsoSize its GSO segment size, 0 if not GSO): IPv4 TCP or UDP
 // toward a counted port.
@@ -180,7 +178,7 @@ func (r *Rates) count(frame []byte, gsoSize int, t int64) bool {
 			}
 		}
 	}
-	n += segs * ethHdrBytes
+	n += segs * rate.LinkHdrBytes
 	if _, seen := r.first[port]; !seen && n > 1000 {
 		r.first[port] = t
 	}

@@ -16,6 +16,11 @@ import (
 // header (bpf/include/pkt.h).
 type Rate uint64
 
+// LinkHdrBytes is the link-layer header every packet (every GSO segment)
+// is charged on top of its IP length: Ethernet's, as tc counts frames. It
+// is bpf/include/pkt.h's LINK_HDR_BYTES, which the data plane charges.
+const LinkHdrBytes = 14
+
 // The range hbm accepts: from one 1000-byte packet a second to 400 Gbit/s.
 const (
 	Min Rate = 8_000

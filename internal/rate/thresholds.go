@@ -61,7 +61,7 @@ func (t Thresholds) Incast(markGiven, burstGiven bool) Thresholds {
 // (1 ms at 8 kbit/s is one byte), so each threshold also holds this many
 // full-size packets, and the drop thresholds leave room above the mark one.
 const (
-	FrameBytes      = 1514 // a full-size Ethernet frame, as the data plane charges it (pkt.h)
+	FrameBytes      = 1500 + LinkHdrBytes // a full-size Ethernet frame, as the data plane charges it
 	burstFloorPkts  = 2
 	markFloorPkts   = 4
 	dropLargeMargin = 8 // packets between mark and drop-large, at least
