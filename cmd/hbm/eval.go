@@ -25,7 +25,7 @@ func init() { commands = append(commands, newEvalCmd) }
 type evalFlags struct {
 	out              string
 	quick, list      bool
-	capture          bool
+	capture, ipv6    bool
 	ccs, limiters    []string
 	duration, warmup time.Duration
 	runs             int
@@ -55,6 +55,7 @@ The benchmarks are these scenarios (make bench). Needs root.`,
   hbm eval egress-1g incast --cc cubic,dctcp --limiter hbm,none --out /tmp/ev
   hbm eval many-flows-200m --runs 3 --limiter hbm,htb,none
   hbm eval web-new-200m --sizes 100KB --counts 32 --limiter hbm,htb
+  hbm eval web-keepalive-200m --ipv6 --limiter hbm,htb
   hbm eval ./my-scenario.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if f.list {
@@ -73,6 +74,7 @@ The benchmarks are these scenarios (make bench). Needs root.`,
 	fl.IntSliceVar(&f.counts, "counts", nil, "flow counts to run instead of the scenarios' counts lists (e.g. 16 or 1,64)")
 	fl.StringSliceVar(&f.sizes, "sizes", nil, "response sizes to run instead of the http scenarios' sizes lists (e.g. 100KB or 10KB,1MB)")
 	fl.IntVar(&f.runs, "runs", 1, "repeat every run N times and report medians with min-max (benchmarks: at least 3)")
+	fl.BoolVar(&f.ipv6, "ipv6", false, "run every flow over IPv6 (the hosts' fd00::/8 addresses) instead of IPv4; reports name such runs \"SCENARIO (IPv6)\"")
 	fl.BoolVar(&f.list, "list", false, "list the built-in scenarios and exit")
 	fl.BoolVar(&f.capture, "capture", false, "keep a capture of each run's window (on the first flow's sender, headers only, at most 64 MB) in DIR/captures and chart it per round trip in report.html (see hbm analyze)")
 	return cmd
@@ -158,7 +160,7 @@ func runEval(cmd *cobra.Command, args []string, f evalFlags) error {
 	ctx, cancel := signalContext()
 	defer cancel()
 	return evalAndReport(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), scens, eval.Options{
-		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup, Runs: f.runs, Counts: f.counts, Sizes: sizes,
+		Bin: self, Quick: f.quick, CCs: f.ccs, Limiters: f.limiters, Duration: f.duration, Warmup: f.warmup, Runs: f.runs, Counts: f.counts, Sizes: sizes, IPv6: f.ipv6,
 		Log: cmd.ErrOrStderr(), Command: os.Args, Version: version, CaptureDir: captureDir,
 	}, out)
 }

@@ -587,6 +587,9 @@ func writeTimelineCharts(dir string, res *result.Results) error {
 			made = true
 		}
 		parts := []string{run.Scenario, run.Variant, run.CC, run.Limiter}
+		if run.IPv6 {
+			parts = append(parts, "ipv6")
+		}
 		parts = slices.DeleteFunc(parts, func(s string) bool { return s == "" })
 		name := strings.NewReplacer("/", "_", " ", "_", "=", "").Replace(strings.Join(parts, "-")) + ".svg"
 		svg := report.TimelineSVG(run, true)

@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"io"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,8 @@ type Options struct {
 	// scenario's http flow with sizes (scenarios without one are
 	// unaffected).
 	Sizes []int
+	// IPv6 runs every scenario over IPv6 (Scenario.IPv6).
+	IPv6 bool
 	// Runs repeats every run this many times (0 or 1: once); the results
 	// then hold the medians, the spread and every repetition
 	// (result.Aggregate).
@@ -125,6 +128,11 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 	}
 	var plans []plan
 	for _, s := range scens {
+		if o.IPv6 && !s.IPv6 {
+			c := *s // the caller's scenario unchanged
+			c.IPv6 = true
+			s = &c
+		}
 		p := plan{s: s, ccs: s.CCs, lims: s.Limiters, duration: s.DurationD, warmup: s.WarmupD}
 		var counts, sizes []int
 		if o.Quick && len(s.Quick.Counts) > 0 {
@@ -176,6 +184,7 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 		}
 		runs := r.scenario(ctx, p.s, p.variants, p.ccs, p.lims, p.duration, p.warmup)
 		for i := range runs {
+			runs[i].IPv6 = p.s.IPv6 // failed and skipped runs too
 			if statsNote != "" && runs[i].Limiter == "hbm" {
 				runs[i].Notes = append(runs[i].Notes, statsNote)
 			}
@@ -350,7 +359,7 @@ func (r *runner) scenario(ctx context.Context, s *Scenario, variants []Variant, 
 						continue
 					}
 					run := r.runOne(ctx, t, eps, cc, lim, dur, warm)
-					run.Variant = v.Label
+					run.Variant, run.IPv6 = v.Label, s.IPv6
 					run.Notes = append(slices.Clone(notes), run.Notes...)
 					report.Diagnose(&run)
 					r.done++
@@ -455,14 +464,18 @@ type client struct {
 func (t *topology) startClient(ctx context.Context, fl *Flow, src string, ep *endpoint, cc string, life time.Duration) (*client, error) {
 	s := t.s
 	srcHost, dstHost := s.HostOf(src), s.HostOf(fl.To)
-	addr := fmt.Sprintf("%s:%d", t.addr(srcHost, dstHost), ep.port)
+	addr := net.JoinHostPort(t.addr(srcHost, dstHost).String(), strconv.Itoa(ep.port))
 	args := []string{"workload", "run", "--connect", addr, "--duration", life.String(), "--hist", "--warmup", "0s"}
 	switch fl.Kind {
 	case "stream":
 		args = append(args, "--streams", strconv.Itoa(fl.Count), "--rpc", "0")
 	case "udp":
+		size := fl.SizeBytes
+		if s.IPv6 && fl.Size == "" {
+			size = workload.DefaultUDPSize6 // one full packet, as over IPv4
+		}
 		args = append(args, "--streams", "0", "--rpc", "0", "--udp", strconv.Itoa(fl.Count),
-			"--udp-rate", strconv.FormatUint(fl.RateBps, 10)+"bit", "--udp-size", strconv.Itoa(fl.SizeBytes))
+			"--udp-rate", strconv.FormatUint(fl.RateBps, 10)+"bit", "--udp-size", strconv.Itoa(size))
 	default:
 		args = append(args, "--streams", "0", "--rpc", strconv.Itoa(fl.Count),
 			"--rpc-size", strconv.Itoa(fl.SizeBytes), "--reply-size", strconv.Itoa(fl.ReplyBytes))
@@ -1139,9 +1152,9 @@ func sampleBacklog(qs []*shaped) (stop func()) {
 
 // runLine is a run's progress line.
 func runLine(run *result.Run) string {
-	head := fmt.Sprintf("%s %s %s", run.Scenario, run.CC, run.Limiter)
+	head := fmt.Sprintf("%s %s %s", run.ScenarioLabel(), run.CC, run.Limiter)
 	if run.Variant != "" {
-		head = fmt.Sprintf("%s %s %s %s", run.Scenario, run.Variant, run.CC, run.Limiter)
+		head = fmt.Sprintf("%s %s %s %s", run.ScenarioLabel(), run.Variant, run.CC, run.Limiter)
 	}
 	switch {
 	case run.Skipped != "":
@@ -1234,7 +1247,7 @@ func meta(o Options) result.Meta {
 			m.Sysctls[k] = strings.Join(strings.Fields(string(b)), " ")
 		}
 	}
-	m.Sysctls["eval.netns"] = "tcp_no_metrics_save=1, ipv6 off, tcp_ecn=1 for -ecn and dctcp runs else 2, routes congctl dctcp in dctcp runs"
+	m.Sysctls["eval.netns"] = "tcp_no_metrics_save=1, ipv6 off unless the run's ipv6 is true, tcp_ecn=1 for -ecn and dctcp runs else 2, routes congctl dctcp in dctcp runs"
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control"); err == nil {
 		m.CCAvailable = strings.Fields(string(b))
 	}

@@ -63,6 +63,9 @@ type Scenario struct {
 	// that flows' active intervals make (borrowing: who gets what when a
 	// group starts or stops).
 	Timeline *Timeline `yaml:"timeline"`
+	// IPv6 runs every flow over IPv6 (the hosts' fd00::/8 addresses)
+	// instead of IPv4; hbm eval --ipv6 sets it for every scenario.
+	IPv6 bool `yaml:"ipv6"`
 
 	// Source is the file the scenario came from ("builtin:NAME" for the
 	// embedded ones).
@@ -168,7 +171,7 @@ var Priorities = []string{"latency", "normal", "batch"}
 type Flow struct {
 	Name  string `yaml:"name"`
 	Kind  string `yaml:"kind"`  // rpc, stream, udp or http
-	Size  string `yaml:"size"`  // rpc request size; udp datagram payload (default 1472); http response body
+	Size  string `yaml:"size"`  // rpc request size; udp datagram payload (default 1472, over IPv6 1452); http response body
 	Reply string `yaml:"reply"` // rpc reply size (default 64)
 	Rate  string `yaml:"rate"`  // udp: offered payload rate per source, all its sockets
 	// PerSecond is an rpc flow's requests per second per connection, on

@@ -70,6 +70,16 @@ func TestParseGood(t *testing.T) {
 	if got := s.Flows[0].PerSecond; got != 250 {
 		t.Errorf("per_second: 250 parsed as %v", got)
 	}
+	if s.IPv6 || labConfig(s).IPv6 {
+		t.Error("IPv6 without ipv6: true")
+	}
+	s, err = Parse("good.yaml", strings.NewReader(strings.Replace(goodScenario, "hosts: [a, b]\nlinks", "hosts: [a, b]\nipv6: true\nlinks", 1)))
+	if err != nil {
+		t.Fatalf("ipv6: true: %v", err)
+	}
+	if !s.IPv6 || !labConfig(s).IPv6 {
+		t.Errorf("ipv6: true parsed as %v, the lab's IPv6 %v", s.IPv6, labConfig(s).IPv6)
+	}
 }
 
 func TestParseUDPAndCounts(t *testing.T) {

@@ -24,7 +24,7 @@ type topology struct {
 
 // labConfig is the netlab configuration of scenario s.
 func labConfig(s *Scenario) netlab.Config {
-	cfg := netlab.Config{Hosts: s.Hosts, Cgroups: append(append([]string{}, s.Hosts...), cgroupNames(s)...), CPUs: s.CPUs}
+	cfg := netlab.Config{Hosts: s.Hosts, Cgroups: append(append([]string{}, s.Hosts...), cgroupNames(s)...), CPUs: s.CPUs, IPv6: s.IPv6}
 	for _, l := range s.Links {
 		cfg.Links = append(cfg.Links, netlab.Link{Name: l.Name, Hosts: l.Hosts})
 	}
@@ -71,10 +71,23 @@ func (t *topology) dev(host, to string) devKey {
 	return devKey{host: host, ns: h.NS, dev: h.Dev[l.Name]}
 }
 
-// addr is host to's address on the link between from and to.
+// addr is host to's address on the link between from and to: IPv6 in a
+// scenario run over IPv6, else IPv4.
 func (t *topology) addr(from, to string) net.IP {
 	l := t.s.linkBetween(from, to)
+	if t.s.IPv6 {
+		return t.lab.Host(to).IP6[l.Name]
+	}
 	return t.lab.Host(to).IP4[l.Name]
+}
+
+// wildcard is the address a server listens on: every address of the
+// scenario's family.
+func (t *topology) wildcard(port int) string {
+	if t.s.IPv6 {
+		return net.JoinHostPort("::", strconv.Itoa(port))
+	}
+	return net.JoinHostPort("0.0.0.0", strconv.Itoa(port))
 }
 
 // devKey is one host interface.
@@ -99,7 +112,7 @@ func (t *topology) startServer(host, group string, port int) error {
 	if c := t.s.Cgroup(group); c != nil {
 		nice = c.Nice
 	}
-	_, err := t.lab.StartServerNice(t.bin, host, t.cgroup(group), "0.0.0.0:"+strconv.Itoa(port), nice)
+	_, err := t.lab.StartServerNice(t.bin, host, t.cgroup(group), t.wildcard(port), nice)
 	return err
 }
 

@@ -10,10 +10,12 @@ package eval
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hbm-dev/hbm/internal/analyze"
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/eval/result"
 	"github.com/hbm-dev/hbm/internal/testutil"
@@ -195,5 +197,69 @@ func TestSizesShare(t *testing.T) {
 	}
 	if smallP99 <= 0 || smallP99 > 5000 {
 		t.Errorf("10 KB P99 %.0f us, want (0, 5 ms] (htb's is about 16 ms)", smallP99)
+	}
+}
+
+// TestWebOverIPv6: hbm eval --ipv6 runs a scenario's flows over the hosts'
+// fd00::/8 addresses (the capture of the window shows them), and both
+// limiters hold the group there as over IPv4: hbm's policer and assists
+// read IPv6 as IPv4, and htb classifies IPv6 too. The benchmark (hbm eval
+// web-keepalive-200m --ipv6 --runs 3, against IPv4) reports the figures.
+func TestWebOverIPv6(t *testing.T) {
+	bin := evalPrereqs(t, "nginx", "wrk")
+	scens, err := Load([]string{"web-keepalive-200m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	res, err := Run(ctx, scens, Options{Bin: bin, Limiters: []string{"hbm", "htb"}, CCs: []string{"cubic"},
+		Duration: 4 * time.Second, Warmup: time.Second, Counts: []int{64}, Sizes: []int{10 << 10},
+		IPv6: true, CaptureDir: filepath.Join(out, "captures"), Log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if scens[0].IPv6 {
+		t.Error("--ipv6 changed the caller's scenario")
+	}
+	if len(res.Runs) != 2 {
+		t.Fatalf("%d runs, want 2\n%s", len(res.Runs), log.String())
+	}
+	for i := range res.Runs {
+		r := &res.Runs[i]
+		if r.Skipped != "" || r.Error != "" || len(r.Groups) != 1 || len(r.Classes) == 0 {
+			t.Fatalf("%s: %+v\n%s", r.Limiter, r, log.String())
+		}
+		if !r.IPv6 || r.ScenarioLabel() != "web-keepalive-200m (IPv6)" {
+			t.Errorf("%s: run ipv6 %v, label %q", r.Limiter, r.IPv6, r.ScenarioLabel())
+		}
+		if r.Capture == nil || r.Capture.Error != "" {
+			t.Fatalf("%s: capture %+v", r.Limiter, r.Capture)
+		}
+		rep, err := analyze.File(filepath.Join(out, r.Capture.File))
+		if err != nil {
+			t.Fatalf("%s: %v", r.Limiter, err)
+		}
+		v6 := 0
+		for _, c := range rep.Connections {
+			if strings.HasPrefix(c.Src, "[fd00:") && strings.HasPrefix(c.Dst, "[fd00:") {
+				v6++
+			} else {
+				t.Errorf("%s: connection %s -> %s in the capture, want fd00::/8 addresses only", r.Limiter, c.Src, c.Dst)
+			}
+		}
+		if v6 == 0 {
+			t.Errorf("%s: no connection in the capture", r.Limiter)
+		}
+		if cl := r.Classes[0]; cl.HTTPErrors != 0 || cl.Latency == nil || cl.Latency.P50 <= 0 {
+			t.Errorf("%s: %d failed requests, latency %+v", r.Limiter, cl.HTTPErrors, cl.Latency)
+		}
+		g := r.Groups[0]
+		t.Logf("%s over IPv6: wire share %.3f, %d connections in the capture", r.Limiter, g.Share, v6)
+		if g.Share < 0.85 || g.Share > 1.10 {
+			t.Errorf("%s over IPv6: wire share %.3f of the limit, want [0.85, 1.10]", r.Limiter, g.Share)
+		}
 	}
 }

@@ -164,18 +164,26 @@ func (h HTB) install(nh *netlink.Handle, link netlink.Link) error {
 			}
 		}
 		for _, port := range c.Ports {
-			f := &netlink.U32{
-				FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: root, Priority: 1, Protocol: unix.ETH_P_IP},
-				ClassId:     id,
-				Sel: &netlink.TcU32Sel{
-					Flags: netlink.TC_U32_TERMINAL,
-					// tc's "match ip dport PORT 0xffff": the low half of
-					// the word 20 bytes into an option-less IPv4 header.
-					Keys: []netlink.TcU32Key{{Mask: 0xffff, Val: uint32(port), Off: 20}},
-				},
-			}
-			if err := nh.FilterAdd(f); err != nil {
-				return fmt.Errorf("u32 filter dport %d: %w", port, err)
+			// tc's "match ip dport PORT 0xffff" and "match ip6 dport
+			// PORT 0xffff": the low half of the word after an
+			// option-less IPv4 header (20 bytes) or an IPv6 header
+			// without extensions (40). One priority per protocol (tc
+			// keeps one protocol per priority).
+			for i, fam := range []struct {
+				proto uint16
+				off   int32
+			}{{unix.ETH_P_IP, 20}, {unix.ETH_P_IPV6, 40}} {
+				f := &netlink.U32{
+					FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: root, Priority: uint16(1 + i), Protocol: fam.proto},
+					ClassId:     id,
+					Sel: &netlink.TcU32Sel{
+						Flags: netlink.TC_U32_TERMINAL,
+						Keys:  []netlink.TcU32Key{{Mask: 0xffff, Val: uint32(port), Off: fam.off}},
+					},
+				}
+				if err := nh.FilterAdd(f); err != nil {
+					return fmt.Errorf("u32 filter dport %d (protocol %#x): %w", port, fam.proto, err)
+				}
 			}
 		}
 	}

@@ -56,6 +56,8 @@ const (
 	// DefaultUDPSize is a UDP datagram's payload by default: one 1500-byte
 	// IPv4 packet (1500 - 20 - 8).
 	DefaultUDPSize = 1472
+	// DefaultUDPSize6 is the same over IPv6 (1500 - 40 - 8).
+	DefaultUDPSize6 = 1452
 	// MinUDPSize and MaxUDPSize bound the payload (header included; above
 	// 1472 IPv4 fragments on a 1500-byte MTU).
 	MinUDPSize = udpHeaderLen

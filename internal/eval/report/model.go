@@ -32,10 +32,11 @@ func scenarios(r *result.Results) []*scenario {
 	idx := map[string]*scenario{}
 	for i := range r.Runs {
 		run := &r.Runs[i]
-		s := idx[run.Scenario]
+		name := run.ScenarioLabel() // a scenario over IPv4 and IPv6: two sections
+		s := idx[name]
 		if s == nil {
-			s = &scenario{Name: run.Scenario}
-			idx[run.Scenario] = s
+			s = &scenario{Name: name}
+			idx[name] = s
 			out = append(out, s)
 		}
 		s.Runs = append(s.Runs, run)

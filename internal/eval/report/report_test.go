@@ -675,3 +675,28 @@ func TestRepetitions(t *testing.T) {
 		t.Errorf("schema version %d", back.Version)
 	}
 }
+
+// TestIPv6Sections: a scenario run over IPv4 and IPv6 (hbm eval --ipv6)
+// gets a section and summary rows of each, the IPv6 one named so.
+func TestIPv6Sections(t *testing.T) {
+	v4 := repRun("hbm", 190e6, 0.98, 1000, 2000, 0)
+	v6 := repRun("hbm", 189e6, 0.97, 1100, 2100, 0)
+	v6.IPv6 = true
+	r := &result.Results{Version: result.Version, Runs: []result.Run{v4, v6}}
+	var md, sum strings.Builder
+	if err := WriteMarkdown(&md, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteSummary(&sum, r); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(md.String(), "\n## many-flows-200m\n"); n != 1 {
+		t.Errorf("report.md has %d IPv4 sections, want 1:\n%s", n, md.String())
+	}
+	if n := strings.Count(md.String(), "\n## many-flows-200m (IPv6)\n"); n != 1 {
+		t.Errorf("report.md has %d IPv6 sections, want 1:\n%s", n, md.String())
+	}
+	if n := strings.Count(sum.String(), "many-flows-200m (IPv6)"); n != 1 {
+		t.Errorf("summary names the IPv6 run %d times, want once:\n%s", n, sum.String())
+	}
+}

@@ -55,9 +55,9 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 			if v == "" {
 				v = dash
 			}
-			return []string{run.Scenario, v, run.CC, run.Limiter}
+			return []string{run.ScenarioLabel(), v, run.CC, run.Limiter}
 		}
-		return []string{run.Scenario, run.CC, run.Limiter}
+		return []string{run.ScenarioLabel(), run.CC, run.Limiter}
 	}
 	head := []string{"SCENARIO", "CC", "LIMITER"}
 	if variants {
@@ -90,7 +90,7 @@ func WriteSummary(w io.Writer, r *result.Results) error {
 				cells = append(cells, dash)
 			}
 			row(cells...)
-			notDone = append(notDone, fmt.Sprintf("%s %s: %s: %s", run.Scenario, runLabel(run), why, run.Skipped+run.Error))
+			notDone = append(notDone, fmt.Sprintf("%s %s: %s: %s", run.ScenarioLabel(), runLabel(run), why, run.Skipped+run.Error))
 			continue
 		}
 		n := count(run)

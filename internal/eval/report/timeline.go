@@ -175,7 +175,7 @@ func TimelineSVG(run *result.Run, standalone bool) template.HTML {
 	height := legendTop + rows*legendRow + 6
 	width := right + padRight
 
-	title := fmt.Sprintf("Rate per group, %g ms windows: %s %s %s", tl.WindowSec*1000, run.Scenario, run.CC, run.Limiter)
+	title := fmt.Sprintf("Rate per group, %g ms windows: %s %s %s", tl.WindowSec*1000, run.ScenarioLabel(), run.CC, run.Limiter)
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	if standalone {

@@ -284,7 +284,7 @@ func Aggregate(reps []Run) Run {
 	}
 	var out Run
 	if len(done) == 0 {
-		out = Run{Scenario: reps[0].Scenario, CC: reps[0].CC, Limiter: reps[0].Limiter, Variant: reps[0].Variant,
+		out = Run{Scenario: reps[0].Scenario, CC: reps[0].CC, Limiter: reps[0].Limiter, Variant: reps[0].Variant, IPv6: reps[0].IPv6,
 			Skipped: reps[0].Skipped, Error: reps[0].Error}
 	} else {
 		out = clone(done[0])

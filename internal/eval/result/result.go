@@ -45,6 +45,9 @@ type Run struct {
 	// Variant is the value of the scenario's counts dimension, e.g.
 	// "stream=16" (a flow's counts: one run per count); "" without one.
 	Variant string `json:"variant,omitempty"`
+	// IPv6: the run's flows went over IPv6 (the scenario's ipv6, hbm
+	// eval --ipv6); else IPv4.
+	IPv6 bool `json:"ipv6,omitempty"`
 	// Skipped says why the run did not happen (e.g. "dctcp not installable");
 	// Error says why it failed. A skipped or failed run has no figures.
 	Skipped     string  `json:"skipped,omitempty"`
@@ -78,6 +81,15 @@ type Run struct {
 	// with a timeline (borrowing); a run of repetitions keeps the first
 	// completed one's rates, and the medians of their phase figures.
 	Timeline *Timeline `json:"timeline,omitempty"`
+}
+
+// ScenarioLabel is the run's scenario as reports name it: its name, and
+// "(IPv6)" after it for a run over IPv6.
+func (r *Run) ScenarioLabel() string {
+	if r.IPv6 {
+		return r.Scenario + " (IPv6)"
+	}
+	return r.Scenario
 }
 
 // Timeline is the rate of each source group over a run's window, in short
