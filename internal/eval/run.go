@@ -470,12 +470,8 @@ func (t *topology) startClient(ctx context.Context, fl *Flow, src string, ep *en
 	case "stream":
 		args = append(args, "--streams", strconv.Itoa(fl.Count), "--rpc", "0")
 	case "udp":
-		size := fl.SizeBytes
-		if s.IPv6 && fl.Size == "" {
-			size = workload.DefaultUDPSize6 // one full packet, as over IPv4
-		}
 		args = append(args, "--streams", "0", "--rpc", "0", "--udp", strconv.Itoa(fl.Count),
-			"--udp-rate", strconv.FormatUint(fl.RateBps, 10)+"bit", "--udp-size", strconv.Itoa(size))
+			"--udp-rate", strconv.FormatUint(fl.RateBps, 10)+"bit", "--udp-size", strconv.Itoa(fl.udpSize(s.IPv6)))
 	default:
 		args = append(args, "--streams", "0", "--rpc", strconv.Itoa(fl.Count),
 			"--rpc-size", strconv.Itoa(fl.SizeBytes), "--reply-size", strconv.Itoa(fl.ReplyBytes))
@@ -930,8 +926,11 @@ func (r *runner) runOne(ctx context.Context, t *topology, eps []*endpoint, cc, l
 		}
 		rs := bySrc[fl]
 		cl := result.Class{Name: fl.Name, Group: s.ClassGroup(fl), Kind: fl.Kind, Flows: fl.Count * len(fl.From)}
-		if fl.Kind == "rpc" || fl.Kind == "udp" {
+		switch fl.Kind {
+		case "rpc":
 			cl.SizeBytes = fl.SizeBytes
+		case "udp":
+			cl.SizeBytes = fl.udpSize(s.IPv6)
 		}
 		var rtt float64
 		for _, wr := range rs {

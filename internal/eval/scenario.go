@@ -459,6 +459,15 @@ func validCC(name string) bool {
 	return ccRE.MatchString(base)
 }
 
+// udpSize is a udp flow's datagram payload over IPv6 (ipv6) or IPv4: its
+// size, or by default one full 1500-byte packet's (1452 or 1472 bytes).
+func (fl *Flow) udpSize(ipv6 bool) int {
+	if ipv6 && fl.Size == "" {
+		return workload.DefaultUDPSize6
+	}
+	return fl.SizeBytes
+}
+
 func (s *Scenario) validate() error {
 	if s.Name == "" {
 		return ferr("name", "missing")

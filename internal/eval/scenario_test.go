@@ -156,6 +156,15 @@ func TestBuiltins(t *testing.T) {
 	if udp.Kind != "udp" || udp.RateBps != 10*bs[7].Cgroup("work").EgressBps || udp.SizeBytes != 1472 {
 		t.Errorf("udp-flood: %+v", udp)
 	}
+	// Full-size datagrams over either family: one 1500-byte packet each
+	// (1472 over IPv6 would be fragmented in two).
+	if v4, v6 := udp.udpSize(false), udp.udpSize(true); v4 != 1472 || v6 != 1452 {
+		t.Errorf("udp-flood datagrams %d B over IPv4, %d over IPv6; want 1472 and 1452", v4, v6)
+	}
+	sized := Flow{Kind: "udp", Size: "1000", SizeBytes: 1000}
+	if v4, v6 := sized.udpSize(false), sized.udpSize(true); v4 != 1000 || v6 != 1000 {
+		t.Errorf("a 1000-byte datagram: %d over IPv4, %d over IPv6; want its size over both", v4, v6)
+	}
 	tc := bs[8]
 	if tc.Flows[0].CC != "cubic" || tc.Flows[2].CC != "bbr" || tc.Cgroup("gcubic").EgressBps != 500e6 || tc.Cgroup("gbbr").EgressBps != 500e6 {
 		t.Errorf("two-ccs: %+v", tc.Flows)
