@@ -253,6 +253,25 @@ func TestLab(t *testing.T) {
 		if err != nil || (st.Kind != "tbf" && st.Kind != "htb") {
 			t.Errorf("%T: root qdisc %+v, %v", q, st, err)
 		}
+		// Classes by port classify IPv4 and IPv6 alike (hbm eval
+		// --ipv6): one u32 filter per port and family.
+		if h, ok := q.(HTB); ok && len(h.Classes) == 2 {
+			out, err := exec.Command("tc", "-n", a.NS, "filter", "show", "dev", a.Dev["ab"]).CombinedOutput()
+			if err != nil {
+				t.Fatalf("tc filter show: %v: %s", err, out)
+			}
+			for _, fam := range []string{"protocol ip ", "protocol ipv6 "} {
+				n := 0
+				for _, line := range strings.Split(string(out), "\n") {
+					if strings.Contains(line, fam) && strings.Contains(line, "flowid") {
+						n++
+					}
+				}
+				if n != 2 {
+					t.Errorf("%d port filters of %q, want 2:\n%s", n, fam, out)
+				}
+			}
+		}
 	}
 	for i := 0; i < 2; i++ {
 		if err := lab.SetQdisc("a", "ab", NoQdisc{}); err != nil {
