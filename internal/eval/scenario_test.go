@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -343,5 +344,44 @@ func TestCCAlias(t *testing.T) {
 	}
 	if CanonicalCC("dctcp") != "dctcp" || CanonicalCC("cubic-ecn") != "cubic-ecn" {
 		t.Error("CanonicalCC changed a canonical name")
+	}
+}
+
+// The timeline counts IPv4 packets only (analyze.Rates): a scenario with
+// one is refused over IPv6, in its file or with --ipv6, before anything
+// runs (and without root).
+func TestIPv6Timeline(t *testing.T) {
+	bs, err := Builtins()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tl *Scenario
+	for _, s := range bs {
+		if s.Timeline != nil {
+			tl = s
+			break
+		}
+	}
+	if tl == nil {
+		t.Fatal("no built-in scenario with a timeline")
+	}
+	_, err = Run(context.Background(), []*Scenario{tl}, Options{IPv6: true})
+	if err == nil || !strings.Contains(err.Error(), "--ipv6") || !strings.Contains(err.Error(), tl.Name) {
+		t.Errorf("--ipv6 with %s: %v, want an error naming both", tl.Name, err)
+	}
+	const doc = `
+name: tl6
+ipv6: true
+hosts: [a, b]
+links: [{name: l, hosts: [a, b]}]
+cgroups: [{name: w, host: a, egress: 100mbit}]
+flows: [{kind: stream, from: w, to: b}]
+timeline: {window: 10ms}
+`
+	if _, err := Parse("tl6.yaml", strings.NewReader(doc)); err == nil || !strings.Contains(err.Error(), "ipv6") {
+		t.Errorf("ipv6: true with a timeline: %v, want an error naming ipv6", err)
+	}
+	if _, err := Parse("tl4.yaml", strings.NewReader(strings.Replace(doc, "ipv6: true\n", "", 1))); err != nil {
+		t.Errorf("the same over IPv4: %v", err)
 	}
 }
