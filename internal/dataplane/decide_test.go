@@ -295,11 +295,29 @@ func checkDecisions(t *testing.T, h *harness, cases []decision, extra func(t *te
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			before := h.counters()
-			h.setBacklog(c.backlog)
-			v0 := h.vtime()
-			ret, out := h.run(c.pkt, 0, 0)
-			after := h.counters()
+			// The queue drains as the clock runs: a case is placed
+			// midway between two thresholds (4 ms or more from each
+			// at 1gbit's defaults), but a test descheduled for longer
+			// between placing the queue and the verdict sees another
+			// region (seen once under -race, every package testing
+			// at once on two cores: a packet past drop-large passed).
+			// A wrong verdict after more than 500 us is run again, up
+			// to three times; one as quick is a defect.
+			var before, after Stats
+			var ret uint32
+			var out []byte
+			var v0 uint64
+			for try := 0; ; try++ {
+				before = h.counters()
+				start := monoNow()
+				h.setBacklog(c.backlog)
+				v0 = h.vtime()
+				ret, out = h.run(c.pkt, 0, 0)
+				after = h.counters()
+				if ret == c.want || monoNow()-start < uint64(500*time.Microsecond) || try == 2 {
+					break
+				}
+			}
 			if ret != c.want {
 				t.Errorf("verdict %d, want %d", ret, c.want)
 			}
