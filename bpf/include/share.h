@@ -58,7 +58,6 @@
 #define SHARE_RATIO_SHIFT   1
 #define SHARE_RATIO_MAX     ((1ULL << SHARE_Q) << SHARE_RATIO_SHIFT) /* ratio at most 2 ... */
 #define SHARE_RATIO_MIN     ((1ULL << SHARE_Q) >> SHARE_RATIO_SHIFT) /* ... and at least 1/2 */
-#define SHARE_RATIO_MIN_OVER ((1ULL << SHARE_Q) >> 3) /* down per interval over the drop threshold */
 #define SHARE_MUL_MIN       ((1ULL << SHARE_Q) - (1ULL << (SHARE_Q - 6))) /* 63/64 */
 #define FLOW_WINDOW_MIN_NS  250000000ULL  /* flow-count window bounds */
 #define FLOW_WINDOW_MAX_NS  4000000000ULL
@@ -505,13 +504,19 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		q->ctl_min_backlog_ns = backlog;
 	/* Over the drop threshold the group is far over its rate (a burst of
 	 * new flows, or flows that lost their caps): correct at once, at the
-	 * time of 128 packets, and all the way down. */
+	 * time of 128 packets, by the whole ratio (at most half). */
 	over = backlog > (__s64)cfg->drop_large_ns;
 	/* Egress: that cut only once m has climbed above the fair share (the
 	 * case it is for: caps grown while the group idled). Below it the
 	 * backlog comes from what caps cannot hold at once (connections'
 	 * first packets), and cutting m to an eighth per interval for it held
-	 * a web server of 100 KB responses at 0.7 of its limit. */
+	 * a web server of 100 KB responses at 0.7 of its limit. The cut also
+	 * stops at the fair share (below): from just above it, halved, m took
+	 * a keep-alive pool's caps to half their fair share at its start
+	 * (its new connections' first flights put the backlog over the
+	 * threshold), and the loop's gain then needed a second or more to
+	 * bring them back (docs/design.md, "The cut stops at the fair
+	 * share"). */
 	if (egress && m <= (1ULL << SHARE_Q))
 		over = 0;
 	if (!q->ctl_len_ns) {
@@ -582,9 +587,12 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 			ratio = SHARE_RATIO_MIN;
 		/* Part of the way to the computed rate (share_step): smooths
 		 * the estimate. The cut over the drop threshold (over) is at
-		 * once. m <= 2^35 (below), ratio <= 2^17. */
+		 * once; on egress down to the fair share, no further (above).
+		 * m <= 2^35 (below), ratio <= 2^17. */
 		if (over && ratio < (1ULL << SHARE_Q)) {
-			m = (m * (ratio < SHARE_RATIO_MIN_OVER ? SHARE_RATIO_MIN_OVER : ratio)) >> SHARE_Q;
+			m = (m * ratio) >> SHARE_Q;
+			if (egress && m < (1ULL << SHARE_Q))
+				m = 1ULL << SHARE_Q;
 		} else {
 			m = share_step(m, ratio, egress);
 		}
