@@ -127,6 +127,10 @@ struct hbm_queue {
 	__u32 flows_now;   /* weight of the TCP flows counted in the current window
 	                    * that have not left (share.h) */
 	__u32 flows;       /* ... in the last complete window */
+	__u32 grace_w;     /* egress: weight of the flows that went idle (not
+	                    * closed) and have not sent since, halved every
+	                    * control interval (share.h, share_flows) */
+	__u32 grace_pad;
 	__u32 payload_q16; /* TCP payload / wire bytes, 16-bit fixed point (0: unknown) */
 	__u64 ctl_fresh;   /* wire bytes no share can pace in the interval (egress:
 	                    * a connection's first segments, which TCP never paces;

@@ -477,18 +477,23 @@ int room_run(struct room_case *c)
  * (share_count), on a queue and a socket state kept in maps between runs. */
 #define COUNT_RESET 0 /* the queue's counts zero, its window begun at now_ns, win_ns long; the socket uncounted */
 #define COUNT_PKT   1 /* a packet of the flow at now_ns, of class xfer */
+#define COUNT_IDLE  2 /* the flow went idle (share_depart) */
+#define COUNT_CLOSE 3 /* the flow closed (share_depart) */
+#define COUNT_SOCKS 4
 
 struct count_case {
 	__u64 now_ns;     /* in: the clock */
 	__u64 win_ns;     /* in (reset): the window's length */
 	__u32 op;         /* in: COUNT_* */
 	__u32 xfer;       /* in (packet): the flow is in a transfer */
+	__u32 sock;       /* in: which flow (0 .. COUNT_SOCKS-1) */
 	__u32 flows;      /* out: the last window's flow count ... */
 	__u32 flows_now;  /* out: ... and the current one's */
 	__u32 seen;       /* out: the same for the seen counts */
 	__u32 seen_now;
 	__u32 share_flows; /* out: the count the share divides by (share_flows) */
 	__u32 epoch;      /* out: the window's number */
+	__u32 grace;      /* out: idle flows not back yet (grace_w) */
 };
 
 struct {
@@ -500,7 +505,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, COUNT_SOCKS);
 	__type(key, __u32);
 	__type(value, struct hbm_sock);
 } count_socks SEC(".maps");
@@ -509,23 +514,32 @@ SEC("syscall")
 int count_run(struct count_case *c)
 {
 	struct hbm_config cfg = {};
-	__u32 zero = 0, xfer = c->xfer;
+	__u32 zero = 0, xfer = c->xfer, i = c->sock;
 	__u64 now = c->now_ns;
 	struct hbm_queue *q = bpf_map_lookup_elem(&count_queue, &zero);
-	struct hbm_sock *s = bpf_map_lookup_elem(&count_socks, &zero);
+	struct hbm_sock *s = bpf_map_lookup_elem(&count_socks, &i);
 
 	if (!q || !s)
 		return 1;
 	barrier_var(xfer);
+	if (c->op == COUNT_RESET) {
+		for (i = 0; i < COUNT_SOCKS; i++) {
+			struct hbm_sock *o = bpf_map_lookup_elem(&count_socks, &i);
+
+			if (o)
+				o->seen[0] = 0;
+		}
+	}
 	bpf_spin_lock(&q->lock);
 	if (c->op == COUNT_RESET) {
-		s->seen[0] = 0;
-		q->flows = q->flows_now = q->seen = q->seen_now = 0;
+		q->flows = q->flows_now = q->seen = q->seen_now = q->grace_w = 0;
 		q->bulk = q->bulk_now = q->idled = q->idled_now = 0;
 		q->pkt_max = q->pkt_max_now = 0;
 		q->epoch = 0;
 		q->epoch_ns = now;
 		q->win_len_ns = c->win_ns;
+	} else if (c->op == COUNT_IDLE || c->op == COUNT_CLOSE) {
+		share_depart(q, s, 0, c->op == COUNT_CLOSE);
 	} else {
 		share_count(q, &cfg, s, 0, 1514, xfer, now);
 	}
@@ -535,6 +549,7 @@ int count_run(struct count_case *c)
 	c->seen_now = q->seen_now;
 	c->share_flows = share_flows(q);
 	c->epoch = q->epoch;
+	c->grace = q->grace_w;
 	bpf_spin_unlock(&q->lock);
 	return 0;
 }

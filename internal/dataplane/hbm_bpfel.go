@@ -114,6 +114,8 @@ type hbmHbmQueue struct {
 	Epoch           uint32
 	FlowsNow        uint32
 	Flows           uint32
+	GraceW          uint32
+	GracePad        uint32
 	PayloadQ16      uint32
 	CtlFresh        uint64
 	FreshBps        uint64

@@ -19,12 +19,14 @@ type rxfreshCountCase struct {
 	WinNs      uint64
 	Op         uint32
 	Xfer       uint32
+	Sock       uint32
 	Flows      uint32
 	FlowsNow   uint32
 	Seen       uint32
 	SeenNow    uint32
 	ShareFlows uint32
 	Epoch      uint32
+	Grace      uint32
 }
 
 type rxfreshCwndCase struct {
@@ -142,6 +144,8 @@ type rxfreshHbmQueue struct {
 	Epoch           uint32
 	FlowsNow        uint32
 	Flows           uint32
+	GraceW          uint32
+	GracePad        uint32
 	PayloadQ16      uint32
 	CtlFresh        uint64
 	FreshBps        uint64
