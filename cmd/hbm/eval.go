@@ -74,7 +74,7 @@ The benchmarks are these scenarios (make bench). Needs root.`,
 	fl.IntSliceVar(&f.counts, "counts", nil, "flow counts to run instead of the scenarios' counts lists (e.g. 16 or 1,64)")
 	fl.StringSliceVar(&f.sizes, "sizes", nil, "response sizes to run instead of the http scenarios' sizes lists (e.g. 100KB or 10KB,1MB)")
 	fl.IntVar(&f.runs, "runs", 1, "repeat every run N times and report medians with min-max (benchmarks: at least 3)")
-	fl.BoolVar(&f.ipv6, "ipv6", false, "run every flow over IPv6 (the hosts' fd00::/8 addresses) instead of IPv4; reports name such runs \"SCENARIO (IPv6)\"; not for scenarios with a timeline (borrow-1g, borrow-prio, borrow-ten)")
+	fl.BoolVar(&f.ipv6, "ipv6", false, "run every flow over IPv6 (the hosts' fd00::/8 addresses) instead of IPv4; reports name such runs \"SCENARIO (IPv6)\"")
 	fl.BoolVar(&f.list, "list", false, "list the built-in scenarios and exit")
 	fl.BoolVar(&f.capture, "capture", false, "keep a capture of each run's window (on the first flow's sender, headers only, at most 64 MB) in DIR/captures and chart it per round trip in report.html (see hbm analyze)")
 	return cmd

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Rates counts, on one interface, the frame bytes of the IPv4 TCP and UDP
-// packets it receives, per destination port, in windows of a fixed width
+// Rates counts, on one interface, the frame bytes of the TCP and UDP
+// packets it receives (IPv4, and IPv6 whose first header is TCP or UDP), per destination port, in windows of a fixed width
 // from an origin: the rate of each traffic class over time as the wire
 // delivered it (what `tcpdump -w` and a script summing frame lengths per
 // port and window would give), without writing a capture. Packets the
@@ -72,14 +72,17 @@ func StartRates(ns, dev string, ports []uint16, origin time.Time, width time.Dur
 	return r, nil
 }
 
-// ratesFilter passes the first 96 bytes of received (not sent) IPv4 TCP and
-// UDP packets.
+// ratesFilter passes the first 96 bytes of received (not sent) TCP and UDP
+// packets: IPv4 (protocol at 14+9), IPv6 (next header at 14+6).
 var ratesFilter = []unix.SockFilter{
 	{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: uint32(0xfffff000 + 4)}, // SKF_AD_OFF + SKF_AD_PKTTYPE
-	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.PACKET_OUTGOING, Jt: 6},
+	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.PACKET_OUTGOING, Jt: 9},
 	{Code: unix.BPF_LD | unix.BPF_H | unix.BPF_ABS, K: 12},
-	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: 0x0800, Jf: 4},
+	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: 0x0800, Jt: 1},
+	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: 0x86dd, Jt: 2, Jf: 6},
 	{Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 14 + 9},
+	{Code: unix.BPF_JMP | unix.BPF_JA, K: 1},
+	{Code: unix.BPF_LD | unix.BPF_B | unix.BPF_ABS, K: 14 + 6},
 	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.IPPROTO_TCP, Jt: 1},
 	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, K: unix.IPPROTO_UDP, Jf: 1},
 	{Code: unix.BPF_RET | unix.BPF_K, K: 96},
@@ -144,16 +147,36 @@ func (r *Rates) windowOf(t int64) int {
 // segment size of a GSO packet, 0 for others.
 const vnetHdrLen = 10
 
+// ipOf reads an IP header at the start of ip: its length (IPv4's IHL, 40
+// for IPv6), the transport protocol and the packet's length (IPv4's total
+// length; IPv6's payload length plus its header). ok is false for anything
+// but IPv4 or IPv6 whose first header is TCP or UDP (IPv6 extension headers
+// are not followed: the lab's flows send none).
+func ipOf(ip []byte, etherType uint16) (ihl int, proto byte, n uint64, ok bool) {
+	switch {
+	case etherType == 0x0800 && len(ip) >= 20 && ip[0]>>4 == 4:
+		ihl, proto, n = int(ip[0]&15)*4, ip[9], uint64(binary.BigEndian.Uint16(ip[2:4]))
+		if ihl < 20 {
+			return 0, 0, 0, false
+		}
+	case etherType == 0x86dd && len(ip) >= 40 && ip[0]>>4 == 6:
+		ihl, proto, n = 40, ip[6], 40+uint64(binary.BigEndian.Uint16(ip[4:6]))
+	default:
+		return 0, 0, 0, false
+	}
+	return ihl, proto, n, proto == unix.IPPROTO_TCP || proto == unix.IPPROTO_UDP
+}
+
 // count adds one packet (an Ethernet frame's first bytes, as received at
-// Unix ns t; gsoSize its GSO segment size, 0 if not GSO): IPv4 TCP or UDP
-// toward a counted port.
+// Unix ns t; gsoSize its GSO segment size, 0 if not GSO): TCP or UDP over
+// IPv4 or IPv6 toward a counted port.
 func (r *Rates) count(frame []byte, gsoSize int, t int64) bool {
-	if len(frame) < 14+20+4 || binary.BigEndian.Uint16(frame[12:14]) != 0x0800 {
+	if len(frame) < 14+20+4 {
 		return false
 	}
 	ip := frame[14:]
-	ihl := int(ip[0]&15) * 4
-	if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl+4 || (ip[9] != unix.IPPROTO_TCP && ip[9] != unix.IPPROTO_UDP) {
+	ihl, proto, n, ok := ipOf(ip, binary.BigEndian.Uint16(frame[12:14]))
+	if !ok || len(ip) < ihl+4 {
 		return false
 	}
 	port := binary.BigEndian.Uint16(ip[ihl+2 : ihl+4])
@@ -161,11 +184,10 @@ func (r *Rates) count(frame []byte, gsoSize int, t int64) bool {
 	if !ok {
 		return false
 	}
-	n := uint64(binary.BigEndian.Uint16(ip[2:4]))
 	segs := uint64(1)
 	if gsoSize > 0 {
 		hdr := ihl + 8 // UDP
-		if ip[9] == unix.IPPROTO_TCP {
+		if proto == unix.IPPROTO_TCP {
 			hdr = 0
 			if len(ip) > ihl+12 {
 				hdr = ihl + int(ip[ihl+12]>>4)*4

@@ -100,10 +100,6 @@ func (s *Scenario) validateTimeline() error {
 	if tl == nil {
 		return nil
 	}
-	if s.IPv6 {
-		// analyze.Rates, which the timeline is, reads IPv4 only.
-		return ferr("ipv6", "a scenario with a timeline runs over IPv4 only (the timeline counts IPv4 packets)")
-	}
 	var err error
 	if tl.WindowD, err = parseDuration("timeline.window", tl.Window, 10*time.Millisecond); err != nil {
 		return err

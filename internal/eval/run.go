@@ -90,13 +90,6 @@ func Run(ctx context.Context, scens []*Scenario, o Options) (*result.Results, er
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
-	if o.IPv6 {
-		for _, s := range scens {
-			if s.Timeline != nil {
-				return nil, fmt.Errorf("--ipv6: %s has a timeline, which counts IPv4 packets only; run it without --ipv6", s.Name)
-			}
-		}
-	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("eval needs root (network namespaces, cgroups, BPF)")
 	}
