@@ -59,6 +59,7 @@ func TestShareCutStopsAtFair(t *testing.T) {
 	const r = rate.Rate(200_000_000)
 	const one = 1 << 16
 	th := rate.Default(r)
+	h := newHarness(t, Limit{Rate: r, Thresholds: th}) // each case puts the whole queue
 	for _, tc := range []struct {
 		name   string
 		m      uint64
@@ -68,7 +69,6 @@ func TestShareCutStopsAtFair(t *testing.T) {
 		{"m at 3x: halved, still above the fair share", 3 * one, 3 * one / 2, 3 * one / 2},
 		{"m below the fair share: a step of the loop (a 32nd down), no cut", one * 9 / 10, one*9/10 - one*9/10/16, one*9/10 - one*9/10/64},
 	} {
-		h := newHarness(t, Limit{Rate: r, Thresholds: th})
 		now := monoNow()
 		// Between drop-large and drop-small: a small packet passes.
 		backlog := uint64(th.DropLarge+th.DropSmall) / 2
