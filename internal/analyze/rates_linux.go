@@ -14,10 +14,11 @@ import (
 )
 
 // Rates counts, on one interface, the frame bytes of the TCP and UDP
-// packets it receives (IPv4, and IPv6 whose first header is TCP or UDP), per destination port, in windows of a fixed width
-// from an origin: the rate of each traffic class over time as the wire
-// delivered it (what `tcpdump -w` and a script summing frame lengths per
-// port and window would give), without writing a capture. Packets the
+// packets it receives (IPv4, and IPv6 whose first header is TCP or UDP),
+// per destination port, in windows of a fixed width from an origin: the
+// rate of each traffic class over time as the wire delivered it (what
+// `tcpdump -w` and a script summing frame lengths per port and window would
+// give), without writing a capture. Packets the
 // interface sends are not counted. A GSO packet (a veth carries the
 // sender's TSO packets whole) counts as the segments a NIC would send it
 // as, each with its own Ethernet, IP and TCP or UDP headers, as HBM's
