@@ -22,12 +22,13 @@ func init() {
 
 func newAnalyzeCmd() *cobra.Command {
 	var (
-		asJSON bool
-		outDir string
-		rounds int
+		asJSON       bool
+		onlyRequests bool
+		outDir       string
+		rounds       int
 	)
 	cmd := &cobra.Command{
-		Use:   "analyze CAPTURE.pcap [--json] [--out DIR]",
+		Use:   "analyze CAPTURE.pcap [--json | --requests] [--out DIR]",
 		Short: "Split a packet capture's TCP connections into round trips and report each",
 		Long: `Read a pcap or pcapng capture (tcpdump's, also gzip-compressed; Ethernet,
 Linux cooked SLL/SLL2, loopback or raw IP) and split it into TCP connections
@@ -50,6 +51,19 @@ the request's last byte: network (the path and the peer's kernel) and peer
 (its application answering a request its kernel already had). Captured on the
 requester's host, this tells a network tail from an application tail. The
 requester is the side that sent the SYN, else the one with the higher port.
+Where the capture shows an exchange's end (the next request, or a FIN), its
+complete time is the request's first byte to the response's last.
+
+Requests (printed last; "requests" in the JSON): every connection's completed
+exchanges pooled, for a server's capture of many clients, one connection per
+request or not: request to the response's last byte; for connections whose
+SYN is in the capture, the SYN to the first request (setup: a handshake that
+waited, queued behind a shaper's backlog or held by HBM's handshake gate,
+shows here, where a client that times a request from its write does not
+look) and the SYN to the first response's last byte; and the exchanges by
+when their request began, in 100 ms bins (a slow start, or request times
+that swing together, show as bins of other means). --requests prints that
+summary alone.
 
 A capture of headers only (tcpdump -s 128) is enough: payload lengths come
 from the IP headers. A capture whose last record is cut short (tcpdump
@@ -63,6 +77,9 @@ connection's rate, window and marks.`,
   hbm analyze flow.pcap
   hbm analyze flow.pcap --json | jq '.connections[0].rtt_us'
   hbm analyze rpc.pcap --json | jq '.connections[].exchanges | select(.) | .network_us.p99'
+  tcpdump -i eth0 -s 128 -w web.pcap tcp port 80
+  hbm analyze web.pcap --requests
+  hbm analyze web.pcap --json | jq '.requests.total_us'
   hbm analyze flow.pcap --out report/`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -87,7 +104,14 @@ connection's rate, window and marks.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			printAnalysis(out, rep, rounds)
+			if onlyRequests {
+				if rep.Requests == nil {
+					fmt.Fprintln(out, "requests: none completed (no request/response exchange whose end the capture shows)")
+				}
+				printRequests(out, rep.Requests)
+			} else {
+				printAnalysis(out, rep, rounds)
+			}
 			if outDir != "" {
 				fmt.Fprintf(out, "\nwrote %s and %s\n", filepath.Join(outDir, "analysis.json"), filepath.Join(outDir, "analysis.html"))
 			}
@@ -97,6 +121,8 @@ connection's rate, window and marks.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the analysis as JSON")
 	cmd.Flags().StringVar(&outDir, "out", "", "write analysis.json and analysis.html (per-round charts) into `DIR`")
 	cmd.Flags().IntVar(&rounds, "rounds", 20, "round trips listed per connection in the table (0: all)")
+	cmd.Flags().BoolVar(&onlyRequests, "requests", false, "print only the requests summary (every connection's exchanges pooled): for a server's capture of many connections")
+	cmd.MarkFlagsMutuallyExclusive("requests", "json")
 	return cmd
 }
 
@@ -138,6 +164,9 @@ func printAnalysis(out io.Writer, rep *schema.Report, maxRounds int) {
 		if e := c.Exchanges; e != nil {
 			fmt.Fprintf(out, "  %d request/response exchanges, requests from %s: response p50 %s, p99 %s; network p50 %s, p99 %s; peer p50 %s, p99 %s\n",
 				e.Count, e.Requester, usStr(e.Response.P50), usStr(e.Response.P99), usStr(e.Network.P50), usStr(e.Network.P99), usStr(e.Peer.P50), usStr(e.Peer.P99))
+			if l := e.Complete; l != nil {
+				fmt.Fprintf(out, "  request to the response's last byte p50 %s, p99 %s\n", usStr(l.P50), usStr(l.P99))
+			}
 		}
 		if len(c.Rounds) == 0 {
 			continue
@@ -159,7 +188,38 @@ func printAnalysis(out io.Writer, rep *schema.Report, maxRounds int) {
 			fmt.Fprintf(out, "  ... %d more round trips (--rounds 0 lists all; --json, --out)\n", len(c.Rounds)-maxRounds)
 		}
 	}
+	if rep.Requests != nil {
+		fmt.Fprintln(out)
+		printRequests(out, rep.Requests)
+	}
 }
+
+// printRequests prints the exchanges of every connection pooled
+// (schema.Requests): what a server's clients waited for.
+func printRequests(out io.Writer, r *schema.Requests) {
+	if r == nil {
+		return
+	}
+	l := r.Complete
+	fmt.Fprintf(out, "requests: %d completed, request to the response's last byte p50 %s, p90 %s, p99 %s, max %s\n",
+		r.Count, usStr(l.P50), usStr(l.P90), usStr(l.P99), usStr(l.Max))
+	if r.Setup != nil {
+		conns := "connections"
+		if r.Opened == 1 {
+			conns = "connection"
+		}
+		fmt.Fprintf(out, "  on the %d %s whose SYN the capture holds: SYN to the first request p50 %s, p99 %s; SYN to that response's last byte p50 %s, p99 %s, max %s\n",
+			r.Opened, conns, usStr(r.Setup.P50), usStr(r.Setup.P99), usStr(r.Total.P50), usStr(r.Total.P99), usStr(r.Total.Max))
+	}
+	if lo, hi, n := analyze.TimelineRange(r, timelineMinCount); n > 1 {
+		fmt.Fprintf(out, "  by when they began (%d bins of %s with %d or more): mean from %s to %s\n",
+			n, usStr(r.TimelineBinUS), timelineMinCount, usStr(lo), usStr(hi))
+	}
+}
+
+// timelineMinCount is the fewest exchanges a timeline bin needs to count in
+// the printed range of means.
+const timelineMinCount = 5
 
 func usStr(v float64) string {
 	switch {

@@ -131,10 +131,32 @@ func TestAnalyzeExchanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{`"exchanges"`, `"requester"`, `"response_us"`, `"network_us"`, `"peer_us"`, `"p90"`, `"max"`} {
+	for _, k := range []string{`"exchanges"`, `"requester"`, `"response_us"`, `"network_us"`, `"peer_us"`, `"p90"`, `"max"`,
+		`"complete_us"`, `"requests"`, `"setup_us"`, `"total_us"`, `"timeline"`} {
 		if !strings.Contains(out, k) {
 			t.Errorf("JSON lacks %s", k)
 		}
+	}
+	// The requests summary alone: the four exchanges the next request
+	// ends (the fifth's end is not in the capture), each 500 µs to its
+	// response's last byte; the SYN 1 ms before the first request.
+	out, err = runCLI("analyze", "--requests", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"requests: 4 completed, request to the response's last byte p50 500µs, p90 500µs, p99 500µs, max 500µs",
+		"on the 1 connection whose SYN the capture holds: SYN to the first request p50 1.00ms",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--requests output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "request/response exchanges") {
+		t.Errorf("--requests printed the connections too:\n%s", out)
+	}
+	if _, err := runCLI("analyze", "--requests", "--json", path); err == nil || !strings.Contains(err.Error(), "none of the others can be") {
+		t.Errorf("--requests --json: error %v, want the flags refused together", err)
 	}
 	dir := filepath.Join(t.TempDir(), "report")
 	if _, err := runCLI("analyze", "--out", dir, path); err != nil {
@@ -144,8 +166,10 @@ func TestAnalyzeExchanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "5 requests from 198.18.9.1:40000. Response p50 500"; !strings.Contains(string(page), want) {
-		t.Errorf("analysis.html lacks %q", want)
+	for _, want := range []string{"5 requests from 198.18.9.1:40000. Response p50 500", "4 requests completed, every connection&#39;s pooled: request to the response&#39;s last byte p50 500 µs"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("analysis.html lacks %q", want)
+		}
 	}
 }
 

@@ -132,6 +132,7 @@ func (a *analyzer) report() *schema.Report {
 	for _, c := range a.all {
 		rep.Connections = append(rep.Connections, c.summary())
 	}
+	rep.Requests = requests(a.all)
 	return rep
 }
 

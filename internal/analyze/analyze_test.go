@@ -2,11 +2,13 @@ package analyze
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -359,6 +361,9 @@ func TestExchanges(t *testing.T) {
 		Response: schema.Latency{P50: 300, P90: 500, P99: 500, Max: 500},
 		Network:  schema.Latency{P50: 100, P90: 300, P99: 300, Max: 300},
 		Peer:     schema.Latency{P50: 0, P90: 400, P99: 400, Max: 400},
+		// The first response's last byte 501 µs after its request (the
+		// next request ends it); the second's end is not in the capture.
+		Complete: &schema.Latency{P50: 501, P90: 501, P99: 501, Max: 501},
 	}
 	if !reflect.DeepEqual(c.Exchanges, want) {
 		t.Errorf("exchanges %+v, want %+v", c.Exchanges, want)
@@ -372,12 +377,87 @@ func TestExchanges(t *testing.T) {
 	// Beginning mid-exchange, with the server's response: that response
 	// answers nothing seen, and the second exchange is the only one.
 	c = one(t, analyse(t, capture(t, rpc()[6:], capOpts{})))
-	if e := c.Exchanges; e == nil || e.Requester != "198.18.7.1:40000" || e.Count != 1 || e.Response.Max != 300 || e.Peer.Max != 0 {
-		t.Errorf("from the response on: exchanges %+v, want one of 300 µs from the client", e)
+	if e := c.Exchanges; e == nil || e.Requester != "198.18.7.1:40000" || e.Count != 1 || e.Response.Max != 300 || e.Peer.Max != 0 || e.Complete != nil {
+		t.Errorf("from the response on: exchanges %+v, want one of 300 µs from the client, not known complete", e)
 	}
 	// A one-way transfer has none.
 	if c := one(t, analyse(t, capture(t, basic(), capOpts{}))); c.Exchanges != nil {
 		t.Errorf("bulk transfer: exchanges %+v, want none", c.Exchanges)
+	}
+}
+
+// web is a connection from client port port opening at t0 (µs): its
+// SYN-ACK wait µs later, then a 100-byte request 100 µs after that, a
+// response of segs full segments 100 µs apart from 200 µs after the request,
+// and (fin) the server's FIN 100 µs after its last segment.
+func web(port uint16, t0, wait int64, segs int, fin bool) []seg {
+	s := handshake()
+	s[1].at, s[2].at = wait, wait
+	s = append(s, d(wait+100, 0, 100))
+	for i := range segs {
+		s = append(s, seg{at: wait + 300 + int64(i)*100, fromSrv: true, seq: srvISN + 1 + uint32(i)*1460, ack: cs(100), n: 1460})
+	}
+	if fin {
+		s = append(s, seg{at: wait + 300 + int64(segs)*100, fromSrv: true, seq: srvISN + 1 + uint32(segs)*1460, ack: cs(100), fin: true})
+	}
+	for i := range s {
+		s[i].at += t0
+		s[i].port = port
+	}
+	return s
+}
+
+// TestRequests: a server's connections pooled (schema.Requests): each
+// request to its response's last byte where the capture shows that end
+// (here the server's FIN), the SYN to the request (a SYN-ACK held 10 ms
+// shows there), and the timeline, which ends the longest exchange before
+// the capture does.
+func TestRequests(t *testing.T) {
+	var segs []seg
+	segs = append(segs, web(40000, 0, 100, 2, true)...)         // request at 200, last byte at 500: 300 µs
+	segs = append(segs, web(40001, 50_000, 10_000, 3, true)...) // SYN-ACK held 10 ms: request at 60,100, last byte at 60,500: 400 µs
+	segs = append(segs, web(40002, 150_000, 100, 1, true)...)   // request at 150,200, last byte at 150,400: 200 µs ...
+	segs = append(segs, web(40003, 250_000, 100, 2, false)...)  // ... and one whose end the capture does not show
+	slices.SortStableFunc(segs, func(a, b seg) int { return cmp.Compare(a.at, b.at) })
+	rep := analyse(t, capture(t, segs, capOpts{}))
+	r := rep.Requests
+	if r == nil {
+		t.Fatal("no requests summary")
+	}
+	want := schema.Requests{
+		Count:    3,
+		Complete: schema.Latency{P50: 300, P90: 400, P99: 400, Max: 400},
+		Opened:   3,
+		Setup:    &schema.Latency{P50: 200, P90: 10_100, P99: 10_100, Max: 10_100},
+		Total:    &schema.Latency{P50: 500, P90: 10_500, P99: 10_500, Max: 10_500},
+		// The capture ends at 250,500 µs, the longest exchange is 400:
+		// the exchanges begun by 250,100 are in it, in two 100 ms bins.
+		TimelineBinUS: 100_000,
+		Timeline: []schema.RequestBin{
+			{TUS: 0, Count: 2, Mean: 350, Max: 400},
+			{TUS: 100_000, Count: 1, Mean: 200, Max: 200},
+		},
+	}
+	if !reflect.DeepEqual(*r, want) {
+		t.Errorf("requests %+v\nwant %+v", *r, want)
+	}
+	if lo, hi, n := TimelineRange(r, 1); lo != 200 || hi != 350 || n != 2 {
+		t.Errorf("TimelineRange: %v to %v in %d bins, want 200 to 350 in 2", lo, hi, n)
+	}
+	if _, _, n := TimelineRange(r, 2); n != 1 {
+		t.Errorf("TimelineRange of bins of 2 or more: %d bins, want 1", n)
+	}
+	if h := string(TimelineChart(r)); !strings.Contains(h, "<svg") || !strings.Contains(h, ">bin<") || !strings.Contains(h, "by when it began (100 ms bins)") {
+		t.Errorf("TimelineChart of two bins: %.200q, want a chart of bins", h)
+	}
+	one := *r
+	one.Timeline = r.Timeline[:1]
+	if h := TimelineChart(&one); h != "" {
+		t.Errorf("TimelineChart of one bin: %.100q, want none", h)
+	}
+	// A bulk transfer has no exchange: no summary.
+	if rep := analyse(t, capture(t, basic(), capOpts{})); rep.Requests != nil {
+		t.Errorf("bulk transfer: requests %+v, want none", rep.Requests)
 	}
 }
 

@@ -43,6 +43,7 @@ type seg struct {
 	mss      uint16
 	ts       bool // a timestamp option
 	sack     [][2]uint32
+	port     uint16 // the client's port (0: cliPort)
 }
 
 type capOpts struct {
@@ -58,6 +59,9 @@ func frame(t testing.TB, s seg, o capOpts) []byte {
 	t.Helper()
 	src, dst := cliIP4, srvIP4
 	sp, dp := layers.TCPPort(cliPort), layers.TCPPort(srvPort)
+	if s.port != 0 {
+		sp = layers.TCPPort(s.port)
+	}
 	if o.v6 {
 		src, dst = cliIP6, srvIP6
 	}

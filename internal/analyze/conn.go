@@ -39,6 +39,7 @@ type conn struct {
 	packets     int64
 	client      int // the side that sent the first SYN, when seen
 	clientKnown bool
+	synT        int64   // ns: when that SYN was sent
 	dir         [2]flow // dir[s]: data sent by side s
 	ex          exchanges
 }
@@ -161,7 +162,7 @@ func (c *conn) add(p *packet, s int) {
 			c.dir[1-s].peerMSS = int(p.mss)
 		}
 		if !p.hasAck && !c.clientKnown {
-			c.client, c.clientKnown = s, true
+			c.client, c.clientKnown, c.synT = s, true, p.ts
 		}
 	}
 	if p.payload > 0 {
@@ -176,6 +177,7 @@ func (c *conn) add(p *packet, s int) {
 			f.ctlRetrans() // a bare FIN again (one with data counted as data)
 		}
 		f.finSeen, f.finSeq = true, end
+		c.ex.onFin()
 	}
 	if p.hasAck {
 		c.ackOf(p, 1-s)

@@ -20,7 +20,29 @@ type exchanges struct {
 	acked     int64 // ns: the first ACK covering reqEnd (0: none yet)
 	// Per answered request, ns.
 	response, network, peer []int64
+	// The last answered turn, until the capture shows its end (the next
+	// request, or a FIN): its start, and the responder's last new data.
+	pending       bool
+	pStart, pLast int64
+	first         int64 // ns: the first turn's start (0: none opened)
+	// The turns whose end the capture shows, in order.
+	done []turn
 }
+
+// turn is an exchange whose end the capture shows: when its request began
+// and how long from there to the response's last byte, ns.
+type turn struct{ start, complete int64 }
+
+// finish ends the pending turn: nothing more of its response follows.
+func (e *exchanges) finish() {
+	if e.pending {
+		e.done = append(e.done, turn{e.pStart, e.pLast - e.pStart})
+		e.pending = false
+	}
+}
+
+// onFin notes a FIN from either side: the pending response is whole.
+func (e *exchanges) onFin() { e.finish() }
 
 // onData notes new data of side s ending at absolute sequence end, sent at
 // t. requester is the side that is the requester, as c.requester() says.
@@ -30,7 +52,11 @@ func (e *exchanges) onData(s int, end, t int64, requester int) {
 	}
 	switch {
 	case s == e.requester && !e.open:
+		e.finish()
 		e.open, e.start, e.reqEnd, e.acked = true, t, end, 0
+		if e.first == 0 {
+			e.first = t
+		}
 	case s == e.requester:
 		if end > e.reqEnd {
 			e.reqEnd, e.acked = end, 0
@@ -44,6 +70,9 @@ func (e *exchanges) onData(s int, end, t int64, requester int) {
 		e.network = append(e.network, max(acked-e.start, 0))
 		e.peer = append(e.peer, max(t-acked, 0))
 		e.open = false
+		e.pending, e.pStart, e.pLast = true, e.start, t
+	case e.pending: // more of the response
+		e.pLast = t
 	}
 }
 
@@ -79,7 +108,21 @@ func (e *exchanges) summary(requester string) *schema.Exchanges {
 		Response:  latency(e.response),
 		Network:   latency(e.network),
 		Peer:      latency(e.peer),
+		Complete:  e.completeLatency(),
 	}
+}
+
+// completeLatency summarises the completed turns' times (nil: none).
+func (e *exchanges) completeLatency() *schema.Latency {
+	if len(e.done) == 0 {
+		return nil
+	}
+	ns := make([]int64, len(e.done))
+	for i, d := range e.done {
+		ns[i] = d.complete
+	}
+	l := latency(ns)
+	return &l
 }
 
 // latency summarises durations (ns) in µs. It sorts them in place.

@@ -36,6 +36,10 @@ th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: ta
 when the ACK covering it arrives. Rate is the bytes acknowledged from a round's start to the next round's, over that
 time; the window is what was in flight when the round ended; marks are the CE-marked segments sent and the ECE echoes received in it.
 {{if .Bucketed}}Connections with more rounds than a chart has points show averages over consecutive rounds.{{end}}</p>
+{{with .Requests}}<h2 id="requests">Requests</h2>
+<p>{{.}}</p>
+{{end}}{{with .RequestsChart}}<div class="charts">{{.}}</div>
+{{end}}
 <table>
 <tr><th>connection</th><th>bytes</th><th>duration</th><th>rounds</th><th>retransmissions (spurious)</th><th>RTT min / p50 / p99</th><th>CE</th><th>ECE</th></tr>
 {{range .Conns}}<tr><td><a href="#c{{.Index}}">{{.C.Src}} → {{.C.Dst}}</a></td><td class="num">{{.C.Bytes}}</td><td class="num">{{.Duration}}</td><td class="num">{{len .C.Rounds}}</td><td class="num">{{.C.Retransmissions}} ({{.C.SpuriousRetransmissions}})</td><td class="num">{{.RTT}}</td><td class="num">{{.C.CE}}</td><td class="num">{{.C.ECE}}</td></tr>
@@ -72,7 +76,20 @@ func WriteHTML(w io.Writer, rep *schema.Report, title string) error {
 		CSS      template.CSS
 		Bucketed bool
 		Conns    []htmlConn
+		// Requests: every connection's exchanges pooled, in a sentence,
+		// and their times by when they began; "" and nil if none.
+		Requests      string
+		RequestsChart template.HTML
 	}{Title: title, CSS: template.CSS(svgplot.CSS)}
+	if r := rep.Requests; r != nil {
+		data.Requests = fmt.Sprintf("%d requests completed, every connection's pooled: request to the response's last byte p50 %s, p90 %s, p99 %s, max %s.",
+			r.Count, fmtUS(r.Complete.P50), fmtUS(r.Complete.P90), fmtUS(r.Complete.P99), fmtUS(r.Complete.Max))
+		if r.Setup != nil {
+			data.Requests += fmt.Sprintf(" On the %d connections whose SYN the capture holds: SYN to the first request p50 %s, p99 %s; SYN to that response's last byte p50 %s, p99 %s.",
+				r.Opened, fmtUS(r.Setup.P50), fmtUS(r.Setup.P99), fmtUS(r.Total.P50), fmtUS(r.Total.P99))
+		}
+		data.RequestsChart = TimelineChart(r)
+	}
 	for i := range rep.Connections {
 		c := &rep.Connections[i]
 		data.Bucketed = data.Bucketed || len(c.Rounds) > maxPoints
@@ -90,6 +107,28 @@ func WriteHTML(w io.Writer, rep *schema.Report, title string) error {
 		data.Conns = append(data.Conns, hc)
 	}
 	return page.Execute(w, data)
+}
+
+// TimelineChart charts the requests' times by when they began (the mean
+// and the longest per bin of the timeline); "" for a timeline of one bin.
+func TimelineChart(r *schema.Requests) template.HTML {
+	if len(r.Timeline) < 2 {
+		return ""
+	}
+	mean := make([]float64, len(r.Timeline))
+	most := make([]float64, len(r.Timeline))
+	for i, b := range r.Timeline {
+		mean[i], most[i] = math.NaN(), math.NaN()
+		if b.Count > 0 {
+			mean[i], most[i] = b.Mean/1e3, b.Max/1e3
+		}
+	}
+	return lineChart{
+		Title:  fmt.Sprintf("request to the response's last byte (ms), by when it began (%s bins)", fmtUS(r.TimelineBinUS)),
+		Series: []line{{"mean", mean}, {"longest", most}},
+		Format: num("ms"),
+		XLabel: "bin",
+	}.svg()
 }
 
 // Charts returns a connection's per-round charts (rate, window, marks) as
@@ -168,11 +207,20 @@ type line struct {
 	Values []float64 // one per round; NaN: none
 }
 
-// lineChart draws series over round numbers, in eval's report style.
+// lineChart draws series over round numbers (or XLabel's), in eval's
+// report style.
 type lineChart struct {
 	Title  string
 	Series []line
 	Format func(float64) string
+	XLabel string // what a point is ("": a round)
+}
+
+func (c lineChart) xLabel() string {
+	if c.XLabel == "" {
+		return "round"
+	}
+	return c.XLabel
 }
 
 const (
@@ -256,7 +304,7 @@ func (c lineChart) svg() template.HTML {
 		}
 		p(`<text class="label" x="%.1f" y="%.0f" text-anchor="middle">%d</text>`, x(int(r)), bottom+14, int(r))
 	}
-	p(`<text class="label" x="%d" y="%.0f" text-anchor="end">round</text>`, right, bottom+26)
+	p(`<text class="label" x="%d" y="%.0f" text-anchor="end">%s</text>`, right, bottom+26, esc(c.xLabel()))
 	for si, s := range c.Series {
 		color := svgplot.Palette[si%len(svgplot.Palette)]
 		var path strings.Builder
@@ -279,7 +327,7 @@ func (c lineChart) svg() template.HTML {
 		if len(pts[si]) <= 60 { // few rounds: a dot per round, with its value
 			for i, v := range pts[si] {
 				if !math.IsNaN(v) {
-					p(`<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"><title>round %d · %s: %s</title></circle>`, x(at[i]), y(v), color, at[i], esc(s.Name), esc(c.Format(v)))
+					p(`<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"><title>%s %d · %s: %s</title></circle>`, x(at[i]), y(v), color, esc(c.xLabel()), at[i], esc(s.Name), esc(c.Format(v)))
 				}
 			}
 		}

@@ -1308,6 +1308,24 @@ func captureCharts(dir string) report.PerRun {
 					e.Requester, e.Count, report.Duration(e.Response.P50), report.Duration(e.Response.P99), report.Duration(e.Network.P50), report.Duration(e.Network.P99), report.Duration(e.Peer.P50), report.Duration(e.Peer.P99))
 			}
 		}
+		// Every connection's requests pooled, as the server saw them: a
+		// web server's clients on a connection each, the handshake's wait
+		// included (which a client timing a request from its write, as
+		// wrk does, does not see), and their times by when they began.
+		var timeline template.HTML
+		if r := rep.Requests; r != nil && r.Count >= 10 {
+			rpcNote += fmt.Sprintf(" All requests (%d): request to the response's last byte p50 %s p99 %s.",
+				r.Count, report.Duration(r.Complete.P50), report.Duration(r.Complete.P99))
+			if r.Setup != nil {
+				conns := "connections"
+				if r.Opened == 1 {
+					conns = "connection"
+				}
+				rpcNote += fmt.Sprintf(" On the %d %s opened in the capture, SYN to the first request p50 %s p99 %s; SYN to that response's last byte p50 %s p99 %s.",
+					r.Opened, conns, report.Duration(r.Setup.P50), report.Duration(r.Setup.P99), report.Duration(r.Total.P50), report.Duration(r.Total.P99))
+			}
+			timeline = analyze.TimelineChart(r)
+		}
 		slices.SortStableFunc(conns, func(a, b schema.Connection) int { return cmp.Compare(b.Bytes, a.Bytes) })
 		conns = conns[:min(len(conns), 3)]
 		note := fmt.Sprintf("From %s (%d packets on %s of %s, headers only", c.File, c.Packets, c.Interface, c.Host)
@@ -1319,6 +1337,9 @@ func captureCharts(dir string) report.PerRun {
 		}
 		note += fmt.Sprintf("): the %d of %d connections that carried the most data.", len(conns), len(rep.Connections)) + rpcNote
 		var charts []template.HTML
+		if timeline != "" {
+			charts = append(charts, timeline)
+		}
 		for i := range conns {
 			if conns[i].Bytes > 0 {
 				charts = append(charts, analyze.Charts(&conns[i])...)

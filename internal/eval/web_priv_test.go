@@ -255,6 +255,11 @@ func TestWebOverIPv6(t *testing.T) {
 		}
 		if cl := r.Classes[0]; cl.HTTPErrors != 0 || cl.Latency == nil || cl.Latency.P50 <= 0 {
 			t.Errorf("%s: %d failed requests, latency %+v", r.Limiter, cl.HTTPErrors, cl.Latency)
+		} else if q := rep.Requests; q == nil || q.Count < 100 || q.Complete.P50 < cl.Latency.P50/2 || q.Complete.P50 > cl.Latency.P50*3/2 {
+			// The server's view of the same requests (hbm analyze's
+			// pooled exchanges): as many as wrk's few seconds hold,
+			// their median near wrk's (which adds the path, microseconds).
+			t.Errorf("%s: the capture's requests %+v, want over 100 with a median near wrk's %.0f us", r.Limiter, q, cl.Latency.P50)
 		}
 		g := r.Groups[0]
 		t.Logf("%s over IPv6: wire share %.3f, %d connections in the capture", r.Limiter, g.Share, v6)

@@ -7,6 +7,10 @@ package schema
 // Report is the whole analysis of one capture.
 type Report struct {
 	Connections []Connection `json:"connections"`
+	// Requests pools the request/response exchanges of every connection:
+	// what a server's clients waited for, whichever connection carried
+	// them; absent when no exchange completed.
+	Requests *Requests `json:"requests,omitempty"`
 	// Warnings says what of the capture was not analysed (a last record
 	// cut short: the packets before it are); absent when none.
 	Warnings []string `json:"warnings,omitempty"`
@@ -97,6 +101,43 @@ type Exchanges struct {
 	// application took to answer a request its kernel had received (0 for a
 	// response that carried the ACK).
 	Peer Latency `json:"peer_us"`
+	// Complete is the request's first byte to the response's last: for
+	// the exchanges whose end the capture shows (the next request, or the
+	// responder's FIN); absent when none did.
+	Complete *Latency `json:"complete_us,omitempty"`
+}
+
+// Requests pools the exchanges of all connections (Exchanges.Complete), and
+// for the connections whose SYN the capture holds, their setup: the time
+// from the SYN to the first request, which is where a server whose
+// handshakes wait (a SYN-ACK queued behind a shaper's backlog, or held by
+// HBM's handshake gate) makes its clients wait, unseen by clients that time
+// a request from its write.
+type Requests struct {
+	Count    int64   `json:"count"`       // exchanges completed in the capture
+	Complete Latency `json:"complete_us"` // request's first byte to the response's last
+	// Opened is how many of those connections' SYNs the capture holds (and
+	// their first exchange completed); Setup and Total are about them.
+	Opened int64 `json:"opened"`
+	// Setup is the SYN to the first request's first byte.
+	Setup *Latency `json:"setup_us,omitempty"`
+	// Total is the SYN to the first response's last byte.
+	Total *Latency `json:"total_us,omitempty"`
+	// Timeline holds the completed exchanges by when their request began,
+	// in bins of TimelineBinUS from the first: a group-wide swing in
+	// request times, or a slow start, shows as bins of other means. It
+	// ends the longest exchange's time before the capture does: later
+	// bins would hold only the exchanges short enough to end in it.
+	TimelineBinUS float64      `json:"timeline_bin_us"`
+	Timeline      []RequestBin `json:"timeline"`
+}
+
+// RequestBin is the exchanges whose request began in one bin of time.
+type RequestBin struct {
+	TUS   float64 `json:"t_us"`    // the bin's start, after the first request's
+	Count int64   `json:"count"`   // exchanges
+	Mean  float64 `json:"mean_us"` // their mean Complete
+	Max   float64 `json:"max_us"`  // and the longest
 }
 
 // Latency summarises durations in microseconds (nearest-rank percentiles).
