@@ -1,10 +1,12 @@
 package analyze
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/hbm-dev/hbm/internal/analyze/schema"
@@ -35,7 +37,8 @@ th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: ta
 <p>Per connection, its data sender's round trips: a round starts when a segment is sent while none is open and ends
 when the ACK covering it arrives. Rate is the bytes acknowledged from a round's start to the next round's, over that
 time; the window is what was in flight when the round ended; marks are the CE-marked segments sent and the ECE echoes received in it.
-{{if .Bucketed}}Connections with more rounds than a chart has points show averages over consecutive rounds.{{end}}</p>
+{{if .Bucketed}}Connections with more rounds than a chart has points show averages over consecutive rounds.{{end}}
+{{if .Uncharted}}Of the {{len .Conns}} connections, the {{.Charted}} that carried the most data are charted; every one is in the table and in analysis.json.{{end}}</p>
 {{with .Requests}}<h2 id="requests">Requests</h2>
 <p>{{.}}</p>
 {{end}}{{with .RequestsChart}}<div class="charts">{{.}}</div>
@@ -49,6 +52,7 @@ time; the window is what was in flight when the round ended; marks are the CE-ma
 {{end}}{{if .Charts}}<div class="charts">
 {{range .Charts}}{{.}}
 {{end}}</div>
+{{else if .Uncharted}}<p>Not charted: the page charts the {{$.Charted}} connections that carried the most data.</p>
 {{else}}<p>No round trips: this connection carried no data.</p>
 {{end}}{{end}}
 </body>
@@ -63,19 +67,28 @@ type htmlConn struct {
 	// Exchanges is the request split in one sentence; "" if none.
 	Exchanges string
 	Charts    []template.HTML
+	Uncharted bool // past maxChartedConns: not charted
 }
 
 // maxPoints is the most points a chart draws; more rounds are averaged.
 const maxPoints = 600
 
+// maxChartedConns is the most connections the page charts, those that
+// carried the most data: a web server's capture holds thousands (64 clients
+// on a new connection per request, 7,700 in 10 s, drew an 84 MB page), and
+// the rest are in its table and in analysis.json.
+const maxChartedConns = 100
+
 // WriteHTML writes the report as one self-contained HTML page; title names
 // the capture.
 func WriteHTML(w io.Writer, rep *schema.Report, title string) error {
 	data := struct {
-		Title    string
-		CSS      template.CSS
-		Bucketed bool
-		Conns    []htmlConn
+		Title     string
+		CSS       template.CSS
+		Bucketed  bool
+		Conns     []htmlConn
+		Charted   int  // connections charted
+		Uncharted bool // some are not
 		// Requests: every connection's exchanges pooled, in a sentence,
 		// and their times by when they began; "" and nil if none.
 		Requests      string
@@ -90,15 +103,20 @@ func WriteHTML(w io.Writer, rep *schema.Report, title string) error {
 		}
 		data.RequestsChart = TimelineChart(r)
 	}
+	charted := chartedConns(rep.Connections)
+	data.Charted, data.Uncharted = maxChartedConns, len(rep.Connections) > maxChartedConns
 	for i := range rep.Connections {
 		c := &rep.Connections[i]
-		data.Bucketed = data.Bucketed || len(c.Rounds) > maxPoints
 		hc := htmlConn{
-			Index:    i,
-			C:        c,
-			Duration: fmtUS(c.DurationUS),
-			RTT:      fmt.Sprintf("%s / %s / %s", fmtUS(c.RTT.Min), fmtUS(c.RTT.P50), fmtUS(c.RTT.P99)),
-			Charts:   Charts(c),
+			Index:     i,
+			C:         c,
+			Duration:  fmtUS(c.DurationUS),
+			RTT:       fmt.Sprintf("%s / %s / %s", fmtUS(c.RTT.Min), fmtUS(c.RTT.P50), fmtUS(c.RTT.P99)),
+			Uncharted: !charted[i],
+		}
+		if charted[i] {
+			hc.Charts = Charts(c)
+			data.Bucketed = data.Bucketed || len(c.Rounds) > maxPoints
 		}
 		if e := c.Exchanges; e != nil {
 			hc.Exchanges = fmt.Sprintf("%d requests from %s. Response p50 %s, p90 %s, p99 %s; network (sent to ACKed) p50 %s, p99 %s; peer (ACKed to response) p50 %s, p99 %s.",
@@ -107,6 +125,21 @@ func WriteHTML(w io.Writer, rep *schema.Report, title string) error {
 		data.Conns = append(data.Conns, hc)
 	}
 	return page.Execute(w, data)
+}
+
+// chartedConns marks the connections the page charts: every one, or past
+// maxChartedConns those that carried the most data (the first of equals).
+func chartedConns(conns []schema.Connection) []bool {
+	charted := make([]bool, len(conns))
+	order := make([]int, len(conns))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(conns[b].Bytes, conns[a].Bytes) })
+	for _, i := range order[:min(len(order), maxChartedConns)] {
+		charted[i] = true
+	}
+	return charted
 }
 
 // TimelineChart charts the requests' times by when they began (the mean
