@@ -204,12 +204,8 @@ func printRequests(out io.Writer, r *schema.Requests) {
 	fmt.Fprintf(out, "requests: %d completed, request to the response's last byte p50 %s, p90 %s, p99 %s, max %s\n",
 		r.Count, usStr(l.P50), usStr(l.P90), usStr(l.P99), usStr(l.Max))
 	if r.Setup != nil {
-		conns := "connections"
-		if r.Opened == 1 {
-			conns = "connection"
-		}
-		fmt.Fprintf(out, "  on the %d %s whose SYN the capture holds: SYN to the first request p50 %s, p99 %s; SYN to that response's last byte p50 %s, p99 %s, max %s\n",
-			r.Opened, conns, usStr(r.Setup.P50), usStr(r.Setup.P99), usStr(r.Total.P50), usStr(r.Total.P99), usStr(r.Total.Max))
+		fmt.Fprintf(out, "  on the %s whose SYN the capture holds: SYN to the first request p50 %s, p99 %s; SYN to that response's last byte p50 %s, p99 %s, max %s\n",
+			analyze.Connections(r.Opened), usStr(r.Setup.P50), usStr(r.Setup.P99), usStr(r.Total.P50), usStr(r.Total.P99), usStr(r.Total.Max))
 	}
 	if lo, hi, n := analyze.TimelineRange(r, timelineMinCount); n > 1 {
 		fmt.Fprintf(out, "  by when they began (%d bins of %s with %d or more): mean from %s to %s\n",

@@ -95,12 +95,7 @@ func WriteHTML(w io.Writer, rep *schema.Report, title string) error {
 		RequestsChart template.HTML
 	}{Title: title, CSS: template.CSS(svgplot.CSS)}
 	if r := rep.Requests; r != nil {
-		data.Requests = fmt.Sprintf("%d requests completed, every connection's pooled: request to the response's last byte p50 %s, p90 %s, p99 %s, max %s.",
-			r.Count, fmtUS(r.Complete.P50), fmtUS(r.Complete.P90), fmtUS(r.Complete.P99), fmtUS(r.Complete.Max))
-		if r.Setup != nil {
-			data.Requests += fmt.Sprintf(" On the %d connections whose SYN the capture holds: SYN to the first request p50 %s, p99 %s; SYN to that response's last byte p50 %s, p99 %s.",
-				r.Opened, fmtUS(r.Setup.P50), fmtUS(r.Setup.P99), fmtUS(r.Total.P50), fmtUS(r.Total.P99))
-		}
+		data.Requests = RequestsSentence(r, fmtUS)
 		data.RequestsChart = TimelineChart(r)
 	}
 	charted := chartedConns(rep.Connections)

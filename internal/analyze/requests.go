@@ -1,6 +1,7 @@
 package analyze
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/hbm-dev/hbm/internal/analyze/schema"
@@ -109,4 +110,24 @@ func TimelineRange(r *schema.Requests, minCount int64) (lo, hi float64, bins int
 		return 0, 0, 0
 	}
 	return slices.Min(means), slices.Max(means), len(means)
+}
+
+// RequestsSentence says r in a sentence or two, durations (µs) written by
+// dur: what analysis.html and hbm eval's capture note print.
+func RequestsSentence(r *schema.Requests, dur func(us float64) string) string {
+	s := fmt.Sprintf("%d requests completed, every connection's pooled: request to the response's last byte p50 %s, p90 %s, p99 %s, max %s.",
+		r.Count, dur(r.Complete.P50), dur(r.Complete.P90), dur(r.Complete.P99), dur(r.Complete.Max))
+	if r.Setup != nil {
+		s += fmt.Sprintf(" On the %s whose SYN the capture holds: SYN to the first request p50 %s, p99 %s; SYN to that response's last byte p50 %s, p99 %s.",
+			Connections(r.Opened), dur(r.Setup.P50), dur(r.Setup.P99), dur(r.Total.P50), dur(r.Total.P99))
+	}
+	return s
+}
+
+// Connections is "1 connection" or "N connections".
+func Connections(n int64) string {
+	if n == 1 {
+		return "1 connection"
+	}
+	return fmt.Sprintf("%d connections", n)
 }

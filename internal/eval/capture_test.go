@@ -42,13 +42,13 @@ func TestCaptureCharts(t *testing.T) {
 		"Requests from 198.18.0.1:40000: 20, response p50 500 µs p99 500 µs; network p50 100 µs p99 100 µs; server p50 400 µs p99 400 µs.",
 		// ... and every connection's pooled: the 19 whose end the next
 		// request shows; the SYN 1 ms before the first request.
-		"All requests (19): request to the response's last byte p50 500 µs p99 500 µs. On the 1 connection opened in the capture, SYN to the first request p50 1.00 ms",
+		"19 requests completed, every connection's pooled: request to the response's last byte p50 500 µs, p90 500 µs, p99 500 µs, max 500 µs. On the 1 connection whose SYN the capture holds: SYN to the first request p50 1.00 ms",
 	} {
 		if !strings.Contains(note, want) {
 			t.Errorf("note %q lacks %q", note, want)
 		}
 	}
-	if _, note = perRun(run); strings.Contains(note, "Requests from") || strings.Contains(note, "All requests") {
+	if _, note = perRun(run); strings.Contains(note, "Requests from") || strings.Contains(note, "requests completed") {
 		t.Errorf("one-way transfer: note %q has a request split", note)
 	}
 

@@ -1314,16 +1314,7 @@ func captureCharts(dir string) report.PerRun {
 		// wrk does, does not see), and their times by when they began.
 		var timeline template.HTML
 		if r := rep.Requests; r != nil && r.Count >= 10 {
-			rpcNote += fmt.Sprintf(" All requests (%d): request to the response's last byte p50 %s p99 %s.",
-				r.Count, report.Duration(r.Complete.P50), report.Duration(r.Complete.P99))
-			if r.Setup != nil {
-				conns := "connections"
-				if r.Opened == 1 {
-					conns = "connection"
-				}
-				rpcNote += fmt.Sprintf(" On the %d %s opened in the capture, SYN to the first request p50 %s p99 %s; SYN to that response's last byte p50 %s p99 %s.",
-					r.Opened, conns, report.Duration(r.Setup.P50), report.Duration(r.Setup.P99), report.Duration(r.Total.P50), report.Duration(r.Total.P99))
-			}
+			rpcNote += " " + analyze.RequestsSentence(r, report.Duration)
 			timeline = analyze.TimelineChart(r)
 		}
 		slices.SortStableFunc(conns, func(a, b schema.Connection) int { return cmp.Compare(b.Bytes, a.Bytes) })
