@@ -12,6 +12,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cc"
 	"github.com/hbm-dev/hbm/internal/netlab"
+	"github.com/hbm-dev/hbm/internal/spawn"
 )
 
 func dctcpAvailable() bool {
@@ -37,7 +38,7 @@ func TestKilledEvalLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	// Killed once its run's traffic flows: after the limit is set, the

@@ -28,6 +28,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/dataplane"
+	"github.com/hbm-dev/hbm/internal/spawn"
 )
 
 // Parent is the group (relative to the cgroup2 mount) the runs' groups are
@@ -276,7 +277,7 @@ func Run(opts Options) (Result, error) {
 	// Cloned straight into the group; killed if hbm dies (SIGKILL
 	// included): the next hbm finds the group's owner gone and cleans up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
+	err = spawn.Start(cmd)
 	unix.Close(fd)
 	if err != nil {
 		cleanup()

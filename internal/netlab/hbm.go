@@ -12,6 +12,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/rate"
+	"github.com/hbm-dev/hbm/internal/spawn"
 )
 
 // HBM drives an hbm binary through its CLI (set, unset, show --json).
@@ -33,7 +34,7 @@ func (h HBM) run(args ...string) (string, error) {
 	var stdout, stderr Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
+	if err := spawn.Run(cmd); err != nil {
 		return stdout.String(), fmt.Errorf("%s %s: %w: %s", h.Bin, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil

@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
+	"github.com/hbm-dev/hbm/internal/spawn"
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
@@ -392,8 +394,11 @@ func TestLeftovers(t *testing.T) {
 	liveObjs := []string{filepath.Join(netnsDir, live.Host("a").NS), live.Cgroup("g"), livePin.Path}
 	Sweep(nil)
 	SweepPinDirs(nil, nil)
-	if out, err := helper(t, "sweep", "unshare", "--pid", "--fork", "--mount-proc").CombinedOutput(); err != nil {
-		t.Fatalf("sweep in a new PID namespace: %v\n%s", err, out)
+	sweep := helper(t, "sweep", "unshare", "--pid", "--fork", "--mount-proc")
+	var out bytes.Buffer
+	sweep.Stdout, sweep.Stderr = &out, &out
+	if err := spawn.Run(sweep); err != nil {
+		t.Fatalf("sweep in a new PID namespace: %v\n%s", err, out.String())
 	}
 	for _, o := range liveObjs {
 		if !exists(o) {
@@ -407,7 +412,7 @@ func TestLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	lines := make(chan string, 1)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hbm-dev/hbm/internal/spawn"
 )
 
 // Proc is a command run inside a host's namespace and, optionally, a
@@ -122,7 +124,7 @@ func (p *Proc) Start() error {
 	if err := p.set.add(p); err != nil {
 		return err
 	}
-	if err := p.Cmd.Start(); err != nil {
+	if err := spawn.Start(p.Cmd); err != nil {
 		p.set.remove(p)
 		return fmt.Errorf("netlab: start %v: %w", p.Cmd.Args, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hbm-dev/hbm/internal/spawn"
 )
 
 // LockedBuffer collects a process' output for polling while it runs.
@@ -49,7 +51,7 @@ func StartProc(t testing.TB, env []string, name string, args ...string) *Proc {
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Out, p.Out
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	p.Cmd.WaitDelay = 2 * time.Second
-	if err := p.Cmd.Start(); err != nil {
+	if err := spawn.Start(p.Cmd); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	go func() { p.err = p.Cmd.Wait(); close(p.done) }()

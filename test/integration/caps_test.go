@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 
+	"github.com/hbm-dev/hbm/internal/spawn"
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
@@ -112,7 +113,7 @@ func runWithCaps(t *testing.T, l *egLab, caps []string, pidns bool, args ...stri
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err := spawn.Run(cmd)
 	r := capRun{stdout: so.String(), stderr: se.String()}
 	if err != nil {
 		ee, ok := err.(*exec.ExitError)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/hbm-dev/hbm/internal/cgroup"
 	"github.com/hbm-dev/hbm/internal/jsonout"
+	"github.com/hbm-dev/hbm/internal/spawn"
 	"github.com/hbm-dev/hbm/internal/testutil"
 )
 
@@ -123,7 +124,7 @@ func (l *kLab) runBin(env []string, bin string, args ...string) hbmResult {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err := spawn.Run(cmd)
 	r := hbmResult{out: stdout.String(), errOut: stderr.String()}
 	var ee *exec.ExitError
 	switch {

@@ -33,6 +33,7 @@ import (
 	"github.com/hbm-dev/hbm/internal/jsonout"
 	"github.com/hbm-dev/hbm/internal/netlab"
 	"github.com/hbm-dev/hbm/internal/netlab/labtest"
+	"github.com/hbm-dev/hbm/internal/spawn"
 	"github.com/hbm-dev/hbm/internal/testutil"
 	"github.com/hbm-dev/hbm/internal/workload"
 )
@@ -493,7 +494,7 @@ func (l *upLab) timedRun(t0 time.Time, env []string, bin string, args ...string)
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil {
 		l.t.Fatal(err)
 	}
 	sc := bufio.NewScanner(pr)
@@ -628,7 +629,13 @@ func TestUpgradeTraffic(t *testing.T) {
 	close(stop)
 	s := <-sc
 	if c := <-cl; c.err != context.Canceled || s.err != nil {
-		t.Fatalf("client: %v (want it running until canceled); sampler: %v", c.err, s.err)
+		server := "running"
+		select {
+		case <-srv.Done():
+			server = fmt.Sprintf("exited (%v)", srv.Wait())
+		default:
+		}
+		t.Fatalf("client: %v (want it running until canceled); sampler: %v; server: %s", c.err, s.err, server)
 	}
 	t.Logf("%d samples over %v", len(s.ss), s.ss[len(s.ss)-1].at.Round(time.Millisecond))
 	type span struct {
