@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,9 +27,10 @@ func newAnalyzeCmd() *cobra.Command {
 		onlyRequests bool
 		outDir       string
 		rounds       int
+		slowest      int
 	)
 	cmd := &cobra.Command{
-		Use:   "analyze CAPTURE.pcap [--json | --requests] [--out DIR]",
+		Use:   "analyze CAPTURE.pcap [--json | --requests | --slowest N] [--out DIR]",
 		Short: "Split a packet capture's TCP connections into round trips and report each",
 		Long: `Read a pcap or pcapng capture (tcpdump's, also gzip-compressed; Ethernet,
 Linux cooked SLL/SLL2, loopback or raw IP) and split it into TCP connections
@@ -65,6 +67,13 @@ when their request began, in 100 ms bins (a slow start, or request times
 that swing together, show as bins of other means). --requests prints that
 summary alone.
 
+--slowest N prints instead the capture's N slowest exchanges (request's first
+byte to the response's first), each with the packets of both directions in
+that span: sequence numbers from each direction's first data byte, SACK
+blocks, CE marks. A tail shows its cause there: a request lost whole and sent
+again by the loss probe two jiffies later, a window that held it, a peer
+that answered late.
+
 A capture of headers only (tcpdump -s 128) is enough: payload lengths come
 from the IP headers. A capture whose last record is cut short (tcpdump
 killed mid-write) is analysed up to it, with a warning on stderr (and in the
@@ -80,11 +89,32 @@ connection's rate, window and marks.`,
   tcpdump -i eth0 -s 128 -w web.pcap tcp port 80
   hbm analyze web.pcap --requests
   hbm analyze web.pcap --json | jq '.requests.total_us'
+  hbm analyze rpc.pcap --slowest 3
   hbm analyze flow.pcap --out report/`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if rounds < 0 {
 				return usagef("--rounds %d: want 0 (all) or more", rounds)
+			}
+			if cmd.Flags().Changed("slowest") {
+				if slowest < 1 {
+					return usagef("--slowest %d: want 1 or more", slowest)
+				}
+				list, total, err := analyze.SlowestFile(args[0], slowest)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(struct {
+						Exchanges int64                 `json:"exchanges"`
+						Slowest   []schema.SlowExchange `json:"slowest"`
+					}{total, list})
+				}
+				printSlowest(out, list, total)
+				return nil
 			}
 			rep, err := analyze.File(args[0])
 			if err != nil {
@@ -122,8 +152,51 @@ connection's rate, window and marks.`,
 	cmd.Flags().StringVar(&outDir, "out", "", "write analysis.json and analysis.html (per-round charts) into `DIR`")
 	cmd.Flags().IntVar(&rounds, "rounds", 20, "round trips listed per connection in the table (0: all)")
 	cmd.Flags().BoolVar(&onlyRequests, "requests", false, "print only the requests summary (every connection's exchanges pooled): for a server's capture of many connections")
+	cmd.Flags().IntVar(&slowest, "slowest", 0, "print only the `N` slowest request/response exchanges, each with its packets (with --json: as JSON)")
 	cmd.MarkFlagsMutuallyExclusive("requests", "json")
+	cmd.MarkFlagsMutuallyExclusive("slowest", "requests")
+	cmd.MarkFlagsMutuallyExclusive("slowest", "out")
+	cmd.MarkFlagsMutuallyExclusive("slowest", "rounds")
 	return cmd
+}
+
+// printSlowest prints the slowest exchanges, each with its packets.
+func printSlowest(out io.Writer, list []schema.SlowExchange, total int64) {
+	if len(list) == 0 {
+		fmt.Fprintln(out, "slowest: no request/response exchange in the capture")
+		return
+	}
+	fmt.Fprintf(out, "slowest %d of %d exchanges (the request's first byte to the response's first):\n", len(list), total)
+	for i, x := range list {
+		at := time.UnixMicro(x.StartUnixUS).UTC().Format("15:04:05.000000")
+		fmt.Fprintf(out, "\n%d. %s -> %s, request at %s: response %s (network %s, peer %s)\n",
+			i+1, x.Requester, x.Responder, at, usStr(x.ResponseUS), usStr(x.NetworkUS), usStr(x.PeerUS))
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "at\t \tflags\tseq\tlen\tack\t  sack")
+		for _, p := range x.Packets {
+			dir, flags := "<", p.Flags
+			if p.FromRequester {
+				dir = ">"
+			}
+			if p.CE {
+				flags += " CE"
+			}
+			sack := ""
+			for j, b := range p.SACK {
+				sep := ","
+				if j == 0 {
+					sep = "  "
+				}
+				sack += fmt.Sprintf("%s%d-%d", sep, b[0], b[1])
+			}
+			fmt.Fprintf(tw, "%.3fms\t%s\t%s\t%d\t%d\t%d\t%s\n", p.AtUS/1e3, dir, flags, p.Seq, p.Len, p.Ack, sack)
+		}
+		tw.Flush()
+		if x.PacketsLeftOut > 0 {
+			fmt.Fprintf(out, "  ... %d more packets in the span\n", x.PacketsLeftOut)
+		}
+	}
+	fmt.Fprintln(out, "\n> requester to responder, < back; sequence numbers from each direction's first data byte")
 }
 
 // writeAnalysis writes DIR/analysis.json and DIR/analysis.html, never

@@ -158,6 +158,51 @@ func TestAnalyzeExchanges(t *testing.T) {
 	if _, err := runCLI("analyze", "--requests", "--json", path); err == nil || !strings.Contains(err.Error(), "none of the others can be") {
 		t.Errorf("--requests --json: error %v, want the flags refused together", err)
 	}
+	// The slowest exchanges with their packets: every one 500 µs, the
+	// first (ties in capture order) at 1 ms: its request, the ACK 100 µs
+	// later, the response at 500 µs.
+	out, err = runCLI("analyze", "--slowest", "2", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"slowest 2 of 5 exchanges",
+		"1. 198.18.9.1:40000 -> 198.18.9.2:5201, request at ",
+		": response 500µs (network 100µs, peer 400µs)",
+		"0.000ms  >  ",
+		"0.100ms  <  ",
+		"0.500ms  <  ",
+		"2. 198.18.9.1:40000",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--slowest output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "request/response exchanges") || strings.Contains(out, "3. ") {
+		t.Errorf("--slowest 2 printed more than the two exchanges:\n%s", out)
+	}
+	out, err = runCLI("analyze", "--slowest", "1", "--json", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sj struct {
+		Exchanges int64                 `json:"exchanges"`
+		Slowest   []schema.SlowExchange `json:"slowest"`
+	}
+	if err := json.Unmarshal([]byte(out), &sj); err != nil {
+		t.Fatalf("--slowest --json: %v:\n%s", err, out)
+	}
+	if sj.Exchanges != 5 || len(sj.Slowest) != 1 || len(sj.Slowest[0].Packets) != 3 || sj.Slowest[0].Packets[2].Len != 64 || sj.Slowest[0].Packets[0].Len != 1000 {
+		t.Errorf("--slowest 1 --json: %+v", sj)
+	}
+	for _, bad := range [][]string{{"--slowest", "0"}, {"--slowest", "-1"}, {"--slowest", "1", "--requests"}, {"--slowest", "1", "--out", t.TempDir()}} {
+		if _, err := runCLI(append(append([]string{"analyze"}, bad...), path)...); err == nil {
+			t.Errorf("analyze %v: no error", bad)
+		}
+	}
+	if _, err := runCLI("analyze", "--slowest", "1", t.TempDir()); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("--slowest on a directory: error %v, want it named a directory", err)
+	}
 	dir := filepath.Join(t.TempDir(), "report")
 	if _, err := runCLI("analyze", "--out", dir, path); err != nil {
 		t.Fatal(err)

@@ -23,18 +23,11 @@ import (
 
 // File analyses the capture at path.
 func File(path string) (*schema.Report, error) {
-	f, err := os.Open(path)
+	f, err := openFile(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.IsDir() {
-		return nil, fmt.Errorf("%s is a directory, not a capture file", path)
-	}
 	rep, err := Read(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -42,24 +35,56 @@ func File(path string) (*schema.Report, error) {
 	return rep, nil
 }
 
+// openFile opens the capture file at path (not a directory).
+func openFile(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && st.IsDir() {
+		err = fmt.Errorf("%s is a directory, not a capture file", path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 // ErrNoTCP is returned for a capture that holds no TCP segment.
 var ErrNoTCP = errors.New("no TCP segments in the capture")
 
 // Read analyses a capture read from r.
 func Read(r io.Reader) (*schema.Report, error) {
-	src, err := openCapture(r)
+	a := analyzer{conns: map[connKey]*conn{}}
+	warn, err := scan(r, func(p *packet) { a.add(p) })
 	if err != nil {
 		return nil, err
+	}
+	rep := a.report()
+	if warn != "" {
+		rep.Warnings = append(rep.Warnings, warn)
+	}
+	return rep, nil
+}
+
+// scan decodes every TCP segment of the capture read from r and hands it to
+// each (the packet is reused: each must not keep it). It returns a warning
+// for a capture whose last record is cut short (the packets before it are
+// scanned), and an error for one it cannot read or that holds no TCP.
+func scan(r io.Reader, each func(*packet)) (warn string, err error) {
+	src, err := openCapture(r)
+	if err != nil {
+		return "", err
 	}
 	dec, err := newDecoder(src.LinkType())
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	var (
-		a       = analyzer{conns: map[connKey]*conn{}}
 		p       packet
 		n, ntcp int64
-		warn    string
 	)
 	for {
 		data, ci, err := src.ZeroCopyReadPacketData()
@@ -68,12 +93,12 @@ func Read(r io.Reader) (*schema.Report, error) {
 				break // the clean end: no packet header started
 			}
 			if !cut(err) {
-				return nil, fmt.Errorf("capture malformed after %d packets: %w", n, err)
+				return "", fmt.Errorf("capture malformed after %d packets: %w", n, err)
 			}
 			// The last record is cut short (tcpdump killed mid-write):
 			// analyse the whole packets before it, as Wireshark does.
 			if n == 0 {
-				return nil, fmt.Errorf("capture cut in its first record: %w", describe(err))
+				return "", fmt.Errorf("capture cut in its first record: %w", describe(err))
 			}
 			warn = fmt.Sprintf("the last record is cut short (the capture was stopped mid-write?): analysed the %d whole packets before it", n)
 			break
@@ -84,19 +109,15 @@ func Read(r io.Reader) (*schema.Report, error) {
 		}
 		ntcp++
 		p.ts = ci.Timestamp.UnixNano()
-		a.add(&p)
+		each(&p)
 	}
 	if ntcp == 0 {
 		if warn != "" {
-			return nil, fmt.Errorf("%w (%d packets of link type %s read, then a cut record)", ErrNoTCP, n, src.LinkType())
+			return "", fmt.Errorf("%w (%d packets of link type %s read, then a cut record)", ErrNoTCP, n, src.LinkType())
 		}
-		return nil, fmt.Errorf("%w (%d packets of link type %s read)", ErrNoTCP, n, src.LinkType())
+		return "", fmt.Errorf("%w (%d packets of link type %s read)", ErrNoTCP, n, src.LinkType())
 	}
-	rep := a.report()
-	if warn != "" {
-		rep.Warnings = append(rep.Warnings, warn)
-	}
-	return rep, nil
+	return warn, nil
 }
 
 // cut reports whether a read error means the file ends inside a record.
@@ -109,7 +130,9 @@ type analyzer struct {
 	all   []*conn // in order of first packet
 }
 
-func (a *analyzer) add(p *packet) {
+// add accounts p to its connection and returns that connection and the
+// side that sent p.
+func (a *analyzer) add(p *packet) (*conn, int) {
 	k, s := keyOf(p)
 	c := a.conns[k]
 	if c != nil && p.syn && !p.hasAck {
@@ -120,11 +143,12 @@ func (a *analyzer) add(p *packet) {
 		}
 	}
 	if c == nil {
-		c = &conn{key: k}
+		c = &conn{key: k, idx: len(a.all)}
 		a.conns[k] = c
 		a.all = append(a.all, c)
 	}
 	c.add(p, s)
+	return c, s
 }
 
 func (a *analyzer) report() *schema.Report {

@@ -35,6 +35,7 @@ func less(a [16]byte, pa uint16, b [16]byte, pb uint16) bool {
 
 type conn struct {
 	key         connKey
+	idx         int   // its place among the capture's connections, in order of first packet
 	first, last int64 // ns
 	packets     int64
 	client      int // the side that sent the first SYN, when seen

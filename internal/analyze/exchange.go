@@ -27,7 +27,12 @@ type exchanges struct {
 	first         int64 // ns: the first turn's start (0: none opened)
 	// The turns whose end the capture shows, in order.
 	done []turn
+	// Every answered request, in order (Slowest).
+	answers []answer
 }
+
+// answer is an answered request: when it began and its three times, ns.
+type answer struct{ start, response, network, peer int64 }
 
 // turn is an exchange whose end the capture shows: when its request began
 // and how long from there to the response's last byte, ns.
@@ -69,6 +74,7 @@ func (e *exchanges) onData(s int, end, t int64, requester int) {
 		e.response = append(e.response, max(t-e.start, 0))
 		e.network = append(e.network, max(acked-e.start, 0))
 		e.peer = append(e.peer, max(t-acked, 0))
+		e.answers = append(e.answers, answer{e.start, max(t-e.start, 0), max(acked-e.start, 0), max(t-acked, 0)})
 		e.open = false
 		e.pending, e.pStart, e.pLast = true, e.start, t
 	case e.pending: // more of the response

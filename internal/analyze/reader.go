@@ -65,6 +65,7 @@ type packet struct {
 	sport, dport     uint16
 	seq, ack         uint32
 	syn, fin, rst    bool
+	psh              bool
 	hasAck, ece, cwr bool
 	ecn              uint8 // the IP header's ECN field: 3 is CE
 	payload          int   // TCP payload length on the wire (not just captured)
@@ -203,7 +204,7 @@ func (d *decoder) decode(data []byte, wireLen int, p *packet) bool {
 	}
 	p.sport, p.dport = uint16(t.SrcPort), uint16(t.DstPort)
 	p.seq, p.ack = t.Seq, t.Ack
-	p.syn, p.fin, p.rst, p.hasAck, p.ece, p.cwr = t.SYN, t.FIN, t.RST, t.ACK, t.ECE, t.CWR
+	p.syn, p.fin, p.rst, p.psh, p.hasAck, p.ece, p.cwr = t.SYN, t.FIN, t.RST, t.PSH, t.ACK, t.ECE, t.CWR
 	p.mss, p.tsOpt, p.nsack = 0, false, 0
 	for i := range t.Options {
 		o := &t.Options[i]
@@ -254,7 +255,7 @@ func (d *decoder) fixedTCP(ip gopacket.LayerType) bool {
 	t.Ack = binary.BigEndian.Uint32(b[8:12])
 	t.DataOffset = b[12] >> 4
 	f := b[13]
-	t.FIN, t.SYN, t.RST, t.ACK, t.ECE, t.CWR = f&0x01 != 0, f&0x02 != 0, f&0x04 != 0, f&0x10 != 0, f&0x40 != 0, f&0x80 != 0
+	t.FIN, t.SYN, t.RST, t.PSH, t.ACK, t.ECE, t.CWR = f&0x01 != 0, f&0x02 != 0, f&0x04 != 0, f&0x08 != 0, f&0x10 != 0, f&0x40 != 0, f&0x80 != 0
 	t.Options = t.Options[:0]
 	return true
 }

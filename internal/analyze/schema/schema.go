@@ -147,3 +147,41 @@ type Latency struct {
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
 }
+
+// SlowExchange is one of a capture's slowest request/response exchanges
+// (`hbm analyze --slowest`), with the packets of both directions from the
+// request's first byte to the response's first: where its time went (a
+// request lost whole and sent again by the loss probe, a window that
+// stopped it, a peer that answered late).
+type SlowExchange struct {
+	Requester   string `json:"requester"` // "IP:port"
+	Responder   string `json:"responder"`
+	StartUnixUS int64  `json:"start_unix_us"` // the request's first byte
+	// As in Exchanges: to the response's first byte, to the first ACK of
+	// the request's last byte, and from that ACK to the response.
+	ResponseUS float64 `json:"response_us"`
+	NetworkUS  float64 `json:"network_us"`
+	PeerUS     float64 `json:"peer_us"`
+	// Packets in capture order, at most MaxSlowPackets; PacketsLeftOut the
+	// rest of the span.
+	Packets        []SlowPacket `json:"packets"`
+	PacketsLeftOut int          `json:"packets_left_out,omitempty"`
+}
+
+// MaxSlowPackets bounds the packets listed per slow exchange.
+const MaxSlowPackets = 200
+
+// SlowPacket is one packet of a slow exchange. Sequence and ACK numbers are
+// relative to the first data byte of the direction they count (0: the
+// first byte), as the capture shows it.
+type SlowPacket struct {
+	AtUS          float64 `json:"at_us"` // since the request's first byte
+	FromRequester bool    `json:"from_requester"`
+	// Flags: S(YN) F(IN) R(ST) P(SH) A(CK) E(CE) W (CWR).
+	Flags string      `json:"flags"`
+	CE    bool        `json:"ce,omitempty"` // the IP header says Congestion Experienced
+	Seq   uint32      `json:"seq"`
+	Len   int         `json:"len"`
+	Ack   uint32      `json:"ack"`
+	SACK  [][2]uint32 `json:"sack,omitempty"` // relative, as Ack
+}
