@@ -106,9 +106,7 @@ connection's rate, window and marks.`,
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {
-					enc := json.NewEncoder(out)
-					enc.SetIndent("", "  ")
-					return enc.Encode(struct {
+					return writeJSON(out, struct {
 						Exchanges int64                 `json:"exchanges"`
 						Slowest   []schema.SlowExchange `json:"slowest"`
 					}{total, list})
@@ -130,9 +128,7 @@ connection's rate, window and marks.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return writeJSON(out, rep)
 			}
 			if onlyRequests {
 				if rep.Requests == nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,7 +105,7 @@ func newCCListCmd() *cobra.Command {
 				return ccError("list", err)
 			}
 			if asJSON {
-				return ccWriteJSON(cmd.OutOrStdout(), l)
+				return writeJSON(cmd.OutOrStdout(), l)
 			}
 			printListing(cmd.OutOrStdout(), l)
 			return nil
@@ -173,7 +172,7 @@ For another namespace run it there (ip netns exec NS hbm cc show).`,
 				if socks == nil {
 					socks = []cc.Socket{}
 				}
-				return ccWriteJSON(cmd.OutOrStdout(), socks)
+				return writeJSON(cmd.OutOrStdout(), socks)
 			}
 			printSockets(cmd.OutOrStdout(), socks)
 			return nil
@@ -210,12 +209,6 @@ func printSockets(w io.Writer, socks []cc.Socket) {
 			s.Local, s.Remote, s.State, s.CA, ecn, alpha, ce, s.Cwnd, s.Ssthresh, s.SRTT, s.Delivered, s.DeliveredCE, s.Retrans, s.Repairs)
 	}
 	tw.Flush()
-}
-
-func ccWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // ccError adds a hint for the errors a user can act on.

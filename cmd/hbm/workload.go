@@ -132,9 +132,7 @@ once connected.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r)
+				return writeJSON(out, r)
 			}
 			printResult(out, r)
 			return nil

@@ -18,8 +18,6 @@ type exchanges struct {
 	start     int64 // ns: the request's first byte
 	reqEnd    int64 // absolute end of the request's data
 	acked     int64 // ns: the first ACK covering reqEnd (0: none yet)
-	// Per answered request, ns.
-	response, network, peer []int64
 	// The last answered turn, until the capture shows its end (the next
 	// request, or a FIN): its start, and the responder's last new data.
 	pending       bool
@@ -27,7 +25,7 @@ type exchanges struct {
 	first         int64 // ns: the first turn's start (0: none opened)
 	// The turns whose end the capture shows, in order.
 	done []turn
-	// Every answered request, in order (Slowest).
+	// Every answered request, in order.
 	answers []answer
 }
 
@@ -71,9 +69,6 @@ func (e *exchanges) onData(s int, end, t int64, requester int) {
 		if acked == 0 {
 			acked = t // the response carries the ACK
 		}
-		e.response = append(e.response, max(t-e.start, 0))
-		e.network = append(e.network, max(acked-e.start, 0))
-		e.peer = append(e.peer, max(t-acked, 0))
 		e.answers = append(e.answers, answer{e.start, max(t-e.start, 0), max(acked-e.start, 0), max(t-acked, 0)})
 		e.open = false
 		e.pending, e.pStart, e.pLast = true, e.start, t
@@ -105,15 +100,19 @@ func (c *conn) requester() int {
 }
 
 func (e *exchanges) summary(requester string) *schema.Exchanges {
-	if len(e.response) == 0 {
+	if len(e.answers) == 0 {
 		return nil
+	}
+	response, network, peer := make([]int64, len(e.answers)), make([]int64, len(e.answers)), make([]int64, len(e.answers))
+	for i, a := range e.answers {
+		response[i], network[i], peer[i] = a.response, a.network, a.peer
 	}
 	return &schema.Exchanges{
 		Requester: requester,
-		Count:     int64(len(e.response)),
-		Response:  latency(e.response),
-		Network:   latency(e.network),
-		Peer:      latency(e.peer),
+		Count:     int64(len(e.answers)),
+		Response:  latency(response),
+		Network:   latency(network),
+		Peer:      latency(peer),
 		Complete:  e.completeLatency(),
 	}
 }

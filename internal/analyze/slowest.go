@@ -1,6 +1,7 @@
 package analyze
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -47,16 +48,9 @@ func Slowest(r io.ReadSeeker, n int) ([]schema.SlowExchange, int64, error) {
 		}
 	}
 	total := int64(len(all))
-	// Slowest first; ties in capture order.
-	slices.SortStableFunc(all, func(x, y pick) int {
-		switch {
-		case x.ans.response > y.ans.response:
-			return -1
-		case x.ans.response < y.ans.response:
-			return 1
-		}
-		return 0
-	})
+	// Slowest first; ties by connection (in order of first packet), then
+	// by time.
+	slices.SortStableFunc(all, func(x, y pick) int { return cmp.Compare(y.ans.response, x.ans.response) })
 	all = all[:min(n, len(all))]
 	if len(all) == 0 {
 		return nil, total, nil
