@@ -418,8 +418,10 @@ static __always_inline void gate_learn(const struct hbm_listen_key *k, const str
 		if (i < v->ncharged)
 			val.cgroup_id[i] = v->charged_id[i];
 	old = bpf_map_lookup_elem(&hbm_listen_map, k);
-	if (old)
+	if (old) {
 		val.xfer_time = old->xfer_time;
+		val.conn_bytes = old->conn_bytes;
+	}
 	if (old && old->cgroup_id[0] == val.cgroup_id[0] && old->cgroup_id[1] == val.cgroup_id[1] &&
 	    old->cgroup_id[2] == val.cgroup_id[2] && old->cgroup_id[3] == val.cgroup_id[3])
 		return;

@@ -130,7 +130,11 @@ struct hbm_queue {
 	__u32 grace_w;     /* egress: weight of the flows that went idle (not
 	                    * closed) and have not sent since, halved every
 	                    * control interval (share.h, share_flows) */
-	__u32 grace_pad;
+	__u32 admit;       /* egress: bit 31 (ADMIT_ON) set while the handshake gate
+	                    * admits the group's new connections, whose first
+	                    * ADMIT_BYTES then leave unpaced; below it the flow
+	                    * count share_flows, smoothed, in 1/16ths (share.h,
+	                    * admit_steer). Was padding */
 	__u32 payload_q16; /* TCP payload / wire bytes, 16-bit fixed point (0: unknown) */
 	__u64 ctl_fresh;   /* wire bytes no share can pace in the interval (egress:
 	                    * a connection's first segments, which TCP never paces;
@@ -280,6 +284,11 @@ struct hbm_sock {
 	__u64 plan_ns;     /* ... and how much it reserved, ns at the rate (0: no
 	                    * plan waiting for its first packet; pacing.h,
 	                    * xfer_room) */
+	__u32 admit;       /* egress: 1 while every group that gave want_Bps admits
+	                    * new connections at the handshake gate (share.h,
+	                    * admit_steer): a connection the gate could hold then
+	                    * sends its first ADMIT_BYTES unpaced (pacing.h) */
+	__u32 admit_pad;
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as
@@ -307,7 +316,11 @@ struct hbm_listen {
 	__u32 xfer_time; /* how long its connections' last transfer stays one
 	                  * (hbm_sock.xfer_time): a new connection's first
 	                  * transfer takes it (pacing.h; 0: XFER_TIME) */
-	__u32 pad;
+	__u32 conn_bytes; /* what its connections sent, bytes, smoothed (pacing.h,
+	                   * admit_note; 0: none closed yet): only a listener
+	                   * whose connections each send what fits in
+	                   * ADMIT_BYTES has them admitted unpaced (share.h,
+	                   * admit_steer). Was padding */
 };
 
 /* Key of hbm_peer_map: a remote address (IPv4 in addr[0]) in a network

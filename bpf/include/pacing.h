@@ -118,6 +118,31 @@ static __always_inline __u32 xfer_room(struct tcp_sock *tp, struct hbm_sock *s, 
 	return 0;
 }
 
+/* admit_note folds what a server connection sent, as it closes, into its
+ * listener's conn_bytes (a quarter of the way): whether the gate can admit
+ * its connections whole (admit_fits). A connection's whole, not its first
+ * transfer: a keep-alive connection's first response admitted unpaced
+ * gains nothing (its next ones are paced anyway) and costs its pool's start
+ * (64 keep-alive clients of 30 KB at 200mbit: P99 94 ms against 92). */
+static __always_inline void admit_note(struct bpf_sock_ops *skops, struct tcp_sock *tp)
+{
+	struct hbm_listen *l = listen_entry(skops);
+	__u64 b = tp->bytes_acked, c;
+
+	if (!l)
+		return;
+	c = l->conn_bytes;
+	if (b > 0xffffffffULL)
+		b = 0xffffffffULL;
+	if (!c)
+		c = b;
+	else if (b > c)
+		c += (b - c) >> 2;
+	else
+		c -= (c - b) >> 2;
+	l->conn_bytes = (__u32)c;
+}
+
 /* xfer_end ends the socket's transfer (everything it wrote was acked): its
  * length sets how long its next stays one, and the first of its
  * listener's next connection (share.h, xfer_time_next); it leaves its
@@ -267,6 +292,19 @@ static __always_inline __u32 xfer_time_first(struct bpf_sock_ops *skops)
 	return l && l->xfer_time ? l->xfer_time : XFER_TIME;
 }
 
+/* admit_fits says whether a server connection's listener has connections
+ * that each send what fits in ADMIT_BYTES (conn_bytes), so that the gate
+ * can admit them whole: beyond it the gate let through connections whose
+ * rest then shared the group paced (64 clients of 100 KB on new
+ * connections, P99 336 ms against 297 paced from the start). Unknown (none
+ * closed yet): no. */
+static __always_inline int admit_fits(struct bpf_sock_ops *skops)
+{
+	struct hbm_listen *l = listen_entry(skops);
+
+	return l && l->conn_bytes && l->conn_bytes <= ADMIT_BYTES;
+}
+
 static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 {
 	struct hbm_sock *s;
@@ -318,8 +356,11 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	if (!tp)
 		return 1;
 	if (skops->op == BPF_SOCK_OPS_STATE_CB) {
-		if (skops->args[1] == TCP_CLOSE_STATE)
+		if (skops->args[1] == TCP_CLOSE_STATE) {
+			if (s->gate_open)
+				admit_note(skops, tp);
 			depart(tp, s, 1);
+		}
 		return 1;
 	}
 	if (skops->op == BPF_SOCK_OPS_HDR_OPT_LEN_CB) {
@@ -383,6 +424,13 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 	if (s->room_segs && tp->write_seq - s->xfer_seq <= s->room_segs * tp->mss_cache) {
 		if (!s->armed && arm(skops))
 			s->armed = ARMED_WATCH;
+		return 1;
+	}
+	/* A connection the handshake gate admitted (its group admits rather
+	 * than paces: share.h, admit_steer) sends its first ADMIT_BYTES
+	 * unpaced; the gate held it for them. */
+	if (s->gate_open && s->admit && tp->bytes_acked < ADMIT_BYTES && admit_fits(skops)) {
+		pace_set(skops, tp, s, PACE_MAX_BPS);
 		return 1;
 	}
 	pace(skops, tp, s, s->want_Bps);

@@ -102,6 +102,9 @@ struct verdict {
 	                     * guarantee: this level, its lender, neither marks nor
 	                     * drops the packet (lend.h) ... */
 	__u8 guaranteed_up; /* ... the same, for the level above this one */
+	__u8 no_admit;      /* egress: a level that gave a share paces its new
+	                     * connections rather than admit them (share.h,
+	                     * admit_steer) */
 	__u64 charged_id[VERDICT_CHARGED];
 	/* ... and what each charged, in 16 ns (a 64 KB packet at 8 kbit/s
 	 * costs 65 s: 2^32 x 16 ns is 68 s; more is refunded as that). 32
@@ -406,6 +409,8 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 			if (!v->borrowed) {
 				share = share_of(q, cfg, v->xfer ? XFER_WEIGHT : 1);
 				xfer_share = share_of(q, cfg, XFER_WEIGHT);
+				if (!(q->admit & ADMIT_ON))
+					v->no_admit = 1;
 			}
 			group = rate_bps(q, cfg) / 8;
 		}
@@ -564,6 +569,7 @@ static __always_inline void verdict_learn(struct hbm_sock *s, const struct verdi
 	if (v->dir == HBM_DIR_EGRESS) {
 		s->xfer_Bps = v->xfer_Bps;
 		s->group_kBps = v->group_Bps >> 10 > 0xffffffffULL ? 0xffffffffU : (__u32)(v->group_Bps >> 10);
+		s->admit = v->want_Bps && !v->no_admit;
 	}
 }
 

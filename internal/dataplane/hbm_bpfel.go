@@ -63,10 +63,10 @@ type hbmHbmKey struct {
 }
 
 type hbmHbmListen struct {
-	_        structs.HostLayout
-	CgroupId [4]uint64
-	XferTime uint32
-	Pad      uint32
+	_         structs.HostLayout
+	CgroupId  [4]uint64
+	XferTime  uint32
+	ConnBytes uint32
 }
 
 type hbmHbmListenKey struct {
@@ -115,7 +115,7 @@ type hbmHbmQueue struct {
 	FlowsNow        uint32
 	Flows           uint32
 	GraceW          uint32
-	GracePad        uint32
+	Admit           uint32
 	PayloadQ16      uint32
 	CtlFresh        uint64
 	FreshBps        uint64
@@ -185,6 +185,8 @@ type hbmHbmSock struct {
 	_            [4]byte
 	PlanVtNs     uint64
 	PlanNs       uint64
+	Admit        uint32
+	AdmitPad     uint32
 }
 
 type hbmHbmStats struct {

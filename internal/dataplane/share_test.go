@@ -97,3 +97,76 @@ func TestShareCutStopsAtFair(t *testing.T) {
 		}
 	}
 }
+
+// A group admits its new connections at the handshake gate (their first
+// ADMIT_BYTES unpaced) while a response waits long for its turn, and paces
+// them while it does not (share.h, admit_steer). The decision, taken as a
+// control interval ends, rests on the flow count's recent peak (as the
+// time a 32 KB first flight takes at a transfer's fair share: 40 ms to
+// turn on, under 20 to turn off) and on the gate's backlog, whichever is
+// longer; between the two thresholds the group keeps its regime. 200mbit:
+// 25e6 bytes/s, so a transfer (weight 8) among W units of weight takes
+// 32768 x W / (8 x 25e6) s for 32 KB: 84 ms at W 512 (64 transfers), 10.5
+// ms at 64 (8), 30 ms at 183.
+func TestAdmitSteer(t *testing.T) {
+	const r = rate.Rate(200_000_000)
+	const on = uint32(1) << 31
+	h := newHarness(t, Limit{Rate: r, Thresholds: rate.Default(r)})
+	for _, tc := range []struct {
+		name    string
+		admit   uint32 // before: the regime and the count's peak, 1/16ths
+		flows   uint32 // the flow count now (weight)
+		gateMs  int64  // the gate's backlog
+		wantOn  bool
+		peakMin uint32 // the peak after, 1/16ths, at least ...
+		peakMax uint32 // ... and at most
+	}{
+		{"64 transfers, pacing: admit", 0, 512, 0, true, 512 * 16, 512 * 16},
+		{"8 transfers, pacing: pace", 0, 64, 0, false, 64 * 16, 64 * 16},
+		{"8 transfers, admitting, no gate backlog: pace", on, 64, 0, false, 64 * 16, 64 * 16},
+		{"30 ms at the count, pacing: keeps pacing", 0, 183, 0, false, 183 * 16, 183 * 16},
+		{"30 ms at the count, admitting: keeps admitting", on | 183*16, 183, 0, true, 183 * 16, 183 * 16},
+		// No flow counts as one (share_flows).
+		{"admitting, nobody sending, the crowd at the gate (100 ms): admit", on, 0, 100, true, 16, 16},
+		{"pacing, the gate 60 ms behind: admit", 0, 0, 60, true, 16, 16},
+		{"admitting, nobody sending, the gate 30 ms behind: keeps admitting", on, 0, 30, true, 16, 16},
+		{"admitting, nobody sending, the gate idle: pace", on, 0, 0, false, 16, 16},
+		// 10 ms of a peak that halves in ~0.7 s: 1% lower, still on.
+		{"the crowd's count dips to none: its peak holds", on | 512*16, 0, 0, true, 500 * 16, 510 * 16},
+	} {
+		now := monoNow()
+		const dt = 10 * time.Millisecond
+		q := hbmHbmQueue{
+			VtimeNs:  now,
+			GateVtNs: uint64(int64(now) + tc.gateMs*int64(time.Millisecond)),
+			CtlNs:    now - uint64(dt),
+			CtlLenNs: uint64(time.Millisecond),
+			CtlMinNs: uint64(time.Millisecond),
+			ShareMul: 1 << 16,
+			Admit:    tc.admit,
+			FlowsNow: tc.flows, SeenNow: tc.flows,
+			EpochNs:  now,
+			WinLenNs: uint64(time.Second),
+		}
+		if tc.gateMs == 0 {
+			q.GateVtNs = 0
+		} else {
+			// The gate's queue runs ahead of the group's only while
+			// that stands above its mark (gateq.h): 10 ms, a small
+			// packet passes.
+			q.VtimeNs = now + uint64(10*time.Millisecond)
+		}
+		must(t, h.queues.Put(&h.key, &q))
+		h.run(ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(64)), 0, 0)
+		must(t, h.queues.Lookup(&h.key, &q))
+		if q.CtlNs < now {
+			t.Fatalf("%s: the control interval did not end (ctl_ns %d, before %d)", tc.name, q.CtlNs, now)
+		}
+		if got := q.Admit&on != 0; got != tc.wantOn {
+			t.Errorf("%s: admitting %v, want %v (admit %#x)", tc.name, got, tc.wantOn, q.Admit)
+		}
+		if peak := q.Admit &^ on; peak < tc.peakMin || peak > tc.peakMax {
+			t.Errorf("%s: the count's peak %d/16, want [%d, %d]/16", tc.name, peak, tc.peakMin, tc.peakMax)
+		}
+	}
+}

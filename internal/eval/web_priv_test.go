@@ -69,7 +69,11 @@ func TestWebServerHoldsLimit(t *testing.T) {
 		// fewer than two out (so never refused): the floor gives way
 		// while the queue stands above the mark (share.h,
 		// floor_steer); without that 1.23.
-		{"web-new-200m", 30 << 10, 64, 0.85, 1.10, 0, nil, ""},
+		// The same 64 clients starting together: their group admits
+		// them at the gate rather than pace them (share.h,
+		// admit_steer); paced, the count and every cap swung with the
+		// crowd, and the P99 was 1.27-1.36x the median (htb 1.05).
+		{"web-new-200m", 30 << 10, 64, 0.85, 1.10, 1.2, nil, ""},
 		{"web-keepalive-200m", 100 << 10, 64, 0.85, 1.10, 0, nil, ""},
 		// Keep-alive connections take up a new cap a response later: a
 		// loop that drained its backlog within one control interval swung

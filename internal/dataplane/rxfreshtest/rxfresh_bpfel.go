@@ -101,10 +101,10 @@ type rxfreshHbmKey struct {
 }
 
 type rxfreshHbmListen struct {
-	_        structs.HostLayout
-	CgroupId [4]uint64
-	XferTime uint32
-	Pad      uint32
+	_         structs.HostLayout
+	CgroupId  [4]uint64
+	XferTime  uint32
+	ConnBytes uint32
 }
 
 type rxfreshHbmListenKey struct {
@@ -145,7 +145,7 @@ type rxfreshHbmQueue struct {
 	FlowsNow        uint32
 	Flows           uint32
 	GraceW          uint32
-	GracePad        uint32
+	Admit           uint32
 	PayloadQ16      uint32
 	CtlFresh        uint64
 	FreshBps        uint64
@@ -224,6 +224,8 @@ type rxfreshHbmSock struct {
 	_            [4]byte
 	PlanVtNs     uint64
 	PlanNs       uint64
+	Admit        uint32
+	AdmitPad     uint32
 }
 
 type rxfreshHbmWalk struct {
