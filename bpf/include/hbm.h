@@ -133,8 +133,8 @@ struct hbm_queue {
 	__u32 admit;       /* egress: bit 31 (ADMIT_ON) set while the handshake gate
 	                    * admits the group's new connections, whose first
 	                    * ADMIT_BYTES then leave unpaced; below it the flow
-	                    * count share_flows, smoothed, in 1/16ths (share.h,
-	                    * admit_steer). Was padding */
+	                    * count's recent peak (share_flows, decaying), in
+	                    * 1/16ths (share.h, admit_steer). Was padding */
 	__u32 payload_q16; /* TCP payload / wire bytes, 16-bit fixed point (0: unknown) */
 	__u64 ctl_fresh;   /* wire bytes no share can pace in the interval (egress:
 	                    * a connection's first segments, which TCP never paces;
