@@ -152,15 +152,19 @@ static __always_inline void peer_key(struct bpf_sock_ops *skops, struct hbm_peer
 static __always_inline void gate_peer_note(struct bpf_sock_ops *skops)
 {
 	struct hbm_peer_key k = {};
-	__u32 srtt_us = skops->srtt_us >> 3, *old;
+	struct hbm_peer v = {}, *old;
 
-	if (!srtt_us)
+	v.rtt_us = skops->srtt_us >> 3;
+	if (!v.rtt_us)
 		return;
 	peer_key(skops, &k);
 	old = bpf_map_lookup_elem(&hbm_peer_map, &k);
-	if (old && *old == srtt_us)
+	if (old) {
+		if (old->rtt_us != v.rtt_us)
+			old->rtt_us = v.rtt_us;
 		return;
-	bpf_map_update_elem(&hbm_peer_map, &k, &srtt_us, BPF_ANY);
+	}
+	bpf_map_update_elem(&hbm_peer_map, &k, &v, BPF_ANY);
 }
 
 /* gate_least_ns is the least wait for the request's client: GATE_MIN_NS,
@@ -170,12 +174,12 @@ static __always_inline __s64 gate_least_ns(struct bpf_sock_ops *skops)
 {
 	struct hbm_peer_key k = {};
 	__s64 least = GATE_UNKNOWN_NS;
-	__u32 *rtt_us;
+	struct hbm_peer *p;
 
 	peer_key(skops, &k);
-	rtt_us = bpf_map_lookup_elem(&hbm_peer_map, &k);
-	if (rtt_us)
-		least = (__s64)*rtt_us * 1000 / GATE_RTT_DIV;
+	p = bpf_map_lookup_elem(&hbm_peer_map, &k);
+	if (p && p->rtt_us)
+		least = (__s64)p->rtt_us * 1000 / GATE_RTT_DIV;
 	return least < (__s64)GATE_MIN_NS ? (__s64)GATE_MIN_NS : least;
 }
 
@@ -195,14 +199,14 @@ static __always_inline __s64 gate_least_ns(struct bpf_sock_ops *skops)
 static __always_inline __s64 gate_active_least_ns(struct bpf_sock_ops *skops)
 {
 	struct hbm_peer_key k = {};
+	struct hbm_peer *p;
 	__s64 least;
-	__u32 *rtt_us;
 
 	peer_key(skops, &k);
-	rtt_us = bpf_map_lookup_elem(&hbm_peer_map, &k);
-	if (!rtt_us || *rtt_us > GATE_ACTIVE_MAX_RTT_US)
+	p = bpf_map_lookup_elem(&hbm_peer_map, &k);
+	if (!p || !p->rtt_us || p->rtt_us > GATE_ACTIVE_MAX_RTT_US)
 		return -1;
-	least = (__s64)*rtt_us * 750;
+	least = (__s64)p->rtt_us * 750;
 	return least < (__s64)GATE_MIN_NS ? (__s64)GATE_MIN_NS : least;
 }
 

@@ -324,10 +324,19 @@ struct hbm_listen {
 };
 
 /* Key of hbm_peer_map: a remote address (IPv4 in addr[0]) in a network
- * namespace. The value is its last smoothed RTT, us (gate.h). */
+ * namespace. */
 struct hbm_peer_key {
 	__u64 netns_cookie;
 	__u32 addr[4];
+};
+
+/* Value of hbm_peer_map. */
+struct hbm_peer {
+	__u32 rtt_us;     /* its last smoothed RTT, us (gate.h; 0: unknown). Was
+	                   * the whole value */
+	__u32 conn_bytes; /* what a limited group's clients sent it per
+	                   * connection, bytes, smoothed (pacing.h, admit_note;
+	                   * 0: none closed yet): a client's hbm_listen.conn_bytes */
 };
 
 /* The kernel's tick, measured (gate.h): jiffies64 and ktime at the first

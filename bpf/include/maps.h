@@ -67,12 +67,13 @@ struct {
 /* Peers' RTTs, us, as their connections to limited groups measured them
  * (gate.h): the handshake gate never waits so briefly that the request
  * could expire before a far client's ACK. LRU: bounded; an unknown peer
- * gets a long enough wait. */
+ * gets a long enough wait. And, for a server its limited clients reach,
+ * what they sent it per connection (pacing.h, admit_note). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct hbm_peer_key);
-	__type(value, __u32);
+	__type(value, struct hbm_peer);
 } hbm_peer_map SEC(".maps");
 
 /* The kernel's tick length, measured (gate.h). */

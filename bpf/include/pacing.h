@@ -118,29 +118,40 @@ static __always_inline __u32 xfer_room(struct tcp_sock *tp, struct hbm_sock *s, 
 	return 0;
 }
 
-/* admit_note folds what a server connection sent, as it closes, into its
- * listener's conn_bytes (a quarter of the way): whether the gate can admit
- * its connections whole (admit_fits). A connection's whole, not its first
- * transfer: a keep-alive connection's first response admitted unpaced
- * gains nothing (its next ones are paced anyway) and costs its pool's start
- * (64 keep-alive clients of 30 KB at 200mbit: P99 94 ms against 92). */
-static __always_inline void admit_note(struct bpf_sock_ops *skops, struct tcp_sock *tp)
+/* admit_fold is record c (0: none yet) a quarter of the way to b. */
+static __always_inline __u32 admit_fold(__u32 c, __u64 b)
 {
-	struct hbm_listen *l = listen_entry(skops);
-	__u64 b = tp->bytes_acked, c;
-
-	if (!l)
-		return;
-	c = l->conn_bytes;
 	if (b > 0xffffffffULL)
 		b = 0xffffffffULL;
 	if (!c)
-		c = b;
-	else if (b > c)
-		c += (b - c) >> 2;
-	else
-		c -= (c - b) >> 2;
-	l->conn_bytes = (__u32)c;
+		return (__u32)b;
+	if (b > c)
+		return c + (__u32)((b - c) >> 2);
+	return c - (__u32)((c - b) >> 2);
+}
+
+/* admit_note folds what a connection the gate could hold sent, as it
+ * closes, into the record of connections like it: a server connection's
+ * listener's (hbm_listen.conn_bytes), else, for a client's, its server's
+ * (hbm_peer.conn_bytes). admit_fits reads it: whether the gate can admit
+ * such connections whole. A connection's whole, not its first transfer: a
+ * keep-alive connection's first response admitted unpaced gains nothing
+ * (its next ones are paced anyway) and costs its pool's start (64
+ * keep-alive clients of 30 KB at 200mbit: P99 94 ms against 92). */
+static __always_inline void admit_note(struct bpf_sock_ops *skops, struct tcp_sock *tp)
+{
+	struct hbm_listen *l = listen_entry(skops);
+	struct hbm_peer_key k = {};
+	struct hbm_peer *p;
+
+	if (l) {
+		l->conn_bytes = admit_fold(l->conn_bytes, tp->bytes_acked);
+		return;
+	}
+	peer_key(skops, &k);
+	p = bpf_map_lookup_elem(&hbm_peer_map, &k);
+	if (p)
+		p->conn_bytes = admit_fold(p->conn_bytes, tp->bytes_acked);
 }
 
 /* xfer_end ends the socket's transfer (everything it wrote was acked): its
@@ -292,17 +303,28 @@ static __always_inline __u32 xfer_time_first(struct bpf_sock_ops *skops)
 	return l && l->xfer_time ? l->xfer_time : XFER_TIME;
 }
 
-/* admit_fits says whether a server connection's listener has connections
- * that each send what fits in ADMIT_BYTES (conn_bytes), so that the gate
- * can admit them whole: beyond it the gate let through connections whose
- * rest then shared the group paced (64 clients of 100 KB on new
- * connections, P99 336 ms against 297 paced from the start). Unknown (none
- * closed yet): no. */
+/* admit_fits says whether connections like skops's (admit_note's record:
+ * its listener's, or its server's for a client's) each send what fits in
+ * ADMIT_BYTES, so that the gate can admit them whole: beyond it the gate
+ * let through connections whose rest then shared the group paced (64
+ * clients of 100 KB on new connections, P99 336 ms against 297 paced from
+ * the start). Unknown (none closed yet): no. */
 static __always_inline int admit_fits(struct bpf_sock_ops *skops)
 {
 	struct hbm_listen *l = listen_entry(skops);
+	struct hbm_peer_key k = {};
+	struct hbm_peer *p;
+	__u32 c = 0;
 
-	return l && l->conn_bytes && l->conn_bytes <= ADMIT_BYTES;
+	if (l) {
+		c = l->conn_bytes;
+	} else {
+		peer_key(skops, &k);
+		p = bpf_map_lookup_elem(&hbm_peer_map, &k);
+		if (p)
+			c = p->conn_bytes;
+	}
+	return c && c <= ADMIT_BYTES;
 }
 
 static __always_inline int hbm_pace(struct bpf_sock_ops *skops)

@@ -500,12 +500,14 @@ static __always_inline void floor_steer(struct hbm_queue *q, const struct hbm_co
  * gave 96 ms in the 64-client cell, and a count smoothed over a quarter
  * second 168 ms and 1.14x the limit (docs/design.md, "Admission or
  * pacing, per group"). Only connections that send no more than
- * ADMIT_BYTES in all, by their listener's record (hbm_listen.conn_bytes,
- * pacing.h, admit_fits): a keep-alive pool gains nothing from its first
- * responses admitted; with the first 64 KB unpaced, 64 clients of 100 KB escaped
- * to 1.41x the limit, and with 32 KB of 100 KB unpaced their P99 was 336
- * ms against 297 paced (htb 284-316): the gate let through connections
- * whose rest then shared the group paced. */
+ * ADMIT_BYTES in all, by the record of their kind (pacing.h, admit_fits:
+ * a server's connections by their listener's, hbm_listen.conn_bytes; a
+ * client's by their server's, hbm_peer.conn_bytes): a keep-alive pool
+ * gains nothing from its first responses admitted; with the first 64 KB
+ * unpaced, 64 clients of 100 KB escaped to 1.41x the limit, and with 32
+ * KB of 100 KB unpaced their P99 was 336 ms against 297 paced (htb
+ * 284-316): the gate let through connections whose rest then shared the
+ * group paced. */
 #define ADMIT_BYTES    32768
 #define ADMIT_ON_NS    40000000ULL /* 10 ticks at HZ 250 */
 #define ADMIT_OFF_NS   20000000ULL

@@ -83,6 +83,12 @@ type hbmHbmNetnsKey struct {
 	Pad      uint32
 }
 
+type hbmHbmPeer struct {
+	_         structs.HostLayout
+	RttUs     uint32
+	ConnBytes uint32
+}
+
 type hbmHbmPeerKey struct {
 	_           structs.HostLayout
 	NetnsCookie uint64

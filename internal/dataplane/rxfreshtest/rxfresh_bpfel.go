@@ -121,6 +121,12 @@ type rxfreshHbmNetnsKey struct {
 	Pad      uint32
 }
 
+type rxfreshHbmPeer struct {
+	_         structs.HostLayout
+	RttUs     uint32
+	ConnBytes uint32
+}
+
 type rxfreshHbmPeerKey struct {
 	_           structs.HostLayout
 	NetnsCookie uint64
