@@ -37,8 +37,12 @@ func costHarness(tb testing.TB, extra int) *harness {
 // nsPerRun runs the program n times on a 100-byte TCP packet and returns the
 // kernel's run time per run (bpf_stats).
 func (h *harness) nsPerRun(n uint32) float64 {
+	return h.nsPerRunPkt(n, ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(48)))
+}
+
+// nsPerRunPkt is nsPerRun for packet pkt (an IP packet).
+func (h *harness) nsPerRunPkt(n uint32, pkt []byte) float64 {
 	h.t.Helper()
-	pkt := ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(48))
 	in := frame(pkt)
 	st0, err := h.prog.Stats()
 	must(h.t, err)
@@ -103,4 +107,11 @@ func BenchmarkPacketCost(b *testing.B) {
 			b.ReportMetric(ns, "bpf-ns/pkt")
 		})
 	}
+	// pps-64's packet: a 64-byte UDP datagram.
+	b.Run("udp64", func(b *testing.B) {
+		h := costHarness(b, 0)
+		b.ResetTimer()
+		ns := h.nsPerRunPkt(uint32(max(b.N, 1)), ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(64)))
+		b.ReportMetric(ns, "bpf-ns/pkt")
+	})
 }
