@@ -198,6 +198,10 @@ struct hbm_queue {
 	                                       * 16-bit fixed point (0: one) */
 	__u64 lend_want_ns[HBM_PRIO_CLASSES]; /* last time one of them wanted more */
 	struct hbm_stats st; /* the limit's counters */
+	__u64 frac_fast_q32; /* sub-ns remainders of the packets charged without
+	                      * the lock (policy.h, police_fast), in 2^-32 ns:
+	                      * moved into vtime_ns as whole ns by the next
+	                      * packet that takes the lock */
 };
 
 

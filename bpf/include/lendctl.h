@@ -41,7 +41,7 @@ static __always_inline int lend_tick(struct hbm_queue *q, const struct hbm_confi
 		dt = LEND_DT_MAX_NS;
 	y = q->lend_bytes * 1000000ULL / (dt / 1000); /* bytes/s */
 	q->lend_y_Bps = y;
-	q->lend_bytes = 0;
+	q->lend_bytes = 0; /* a lock-free charge's add now may be lost: a packet's bytes in a rate sample (policy.h, police_fast) */
 	q->lend_ns = now;
 	rate = q->eff_bps / 8;
 

@@ -305,6 +305,82 @@ static __always_inline int police_passed(const struct hbm_config *cfg)
 	return (cfg->flags & HBM_F_TOP) >> 2;
 }
 
+/* The lock-free charge (police_fast): taken by a packet that needs nothing
+ * of its group's queue but its charge, so that packets from many CPUs in one
+ * group do not pass its lock and cache lines between them. Measured with
+ * 64-byte UDP under a limit never reached (scripts/bench-pps.sh, docs/
+ * design.md "The cost per packet, taken apart"). */
+
+/* frac_fast_settle moves the whole ns of the lock-free charges' remainders
+ * (frac_fast_q32) into vtime_ns. Called with the queue locked; the fast
+ * path adds to both meanwhile, so both are moved by atomic adds. */
+static __always_inline void frac_fast_settle(struct hbm_queue *q)
+{
+	__u64 whole = q->frac_fast_q32 >> 32;
+
+	if (!whole)
+		return;
+	__sync_fetch_and_add(&q->frac_fast_q32, -(whole << 32));
+	__sync_fetch_and_add(&q->vtime_ns, whole);
+}
+
+/* police_fast charges the packet to queue q of limit cfg without the lock
+ * and reports 1 if it did (*backlog, *cost: as police_level's), 0 if the
+ * packet takes the locked path. Taken only by a packet that the locked
+ * path would pass unmarked and that changes nothing there but the charge
+ * and the counters: no TCP (its flows are counted and paced: share.h), no
+ * socket state (sk), no handshake gate, no RPC budget, no borrowing at
+ * this level; the queue below half its mark (no signal, whatever the
+ * lock-free charges of the other CPUs at that moment; its credit floor is
+ * applied here, below); its rate in force synced (rate_sync);
+ * and no interval due (the control, flow-count and lending intervals end
+ * on a packet that takes the lock, as before). The charge is exact: the
+ * sub-ns remainder goes to frac_fast_q32, settled by the next locked
+ * packet (at least once a control interval). */
+static __always_inline int police_fast(struct hbm_queue *q, const struct hbm_config *cfg,
+				       const struct verdict *v, const struct hbm_sock *sk,
+				       __s64 *backlog, __u64 *cost)
+{
+	__s64 b;
+	__u64 f;
+
+	if (sk || v->p.is_tcp || v->gate || v->fresh || v->candidate || v->guaranteed ||
+	    cfg->ceil_bps > cfg->rate_bps)
+		return 0;
+	if (!q->eff_bps || q->eff_base_bps != cfg->rate_bps || !q->ctl_len_ns || !q->win_len_ns)
+		return 0;
+	if ((__s64)(v->now - q->ctl_ns) >= (__s64)q->ctl_len_ns ||
+	    (__s64)(v->now - q->epoch_ns) >= (__s64)q->win_len_ns ||
+	    (__s64)(v->now - q->lend_ns) >= (__s64)LEND_INTERVAL_NS)
+		return 0;
+	b = (__s64)(q->vtime_ns - v->now);
+	if (b >= (__s64)(cfg->mark_ns >> 1) || v->now < cfg->burst_ns)
+		return 0;
+	/* cost_ns without the queue's own remainder (q->frac, the locked
+	 * path's): whole ns now, the rest to frac_fast_q32. */
+	f = v->p.wire_bytes * q->eff_frac;
+	*cost = v->p.wire_bytes * q->eff_ns_per_byte + (f >> 32);
+	if (b < -(__s64)cfg->burst_ns) {
+		/* Idle past its burst's credit (a group that never fills its
+		 * rate, at every packet): vq_clamp's floor, with a plain
+		 * store. A lock-free charge of another CPU at this moment may
+		 * be forgotten, as the floor forgets time: the queue stands at
+		 * full credit either way. */
+		b = -(__s64)cfg->burst_ns;
+		q->vtime_ns = v->now + b + *cost;
+	} else {
+		__sync_fetch_and_add(&q->vtime_ns, *cost);
+	}
+	if (f & 0xffffffffULL)
+		__sync_fetch_and_add(&q->frac_fast_q32, f & 0xffffffffULL);
+	__sync_fetch_and_add(&q->st.packets, v->p.segs);
+	__sync_fetch_and_add(&q->st.bytes, v->p.wire_bytes);
+	__sync_fetch_and_add(&q->lend_bytes, v->p.wire_bytes);
+	__sync_fetch_and_add(&q->ctl_wire, v->p.wire_bytes);
+	*backlog = b + (__s64)*cost;
+	return 1;
+}
+
 /* police_level applies the limit of group id (at cgroup level lvl) to the
  * packet and returns a POLICE_* result; sk is the socket's assist state of
  * the packet's direction (NULL: none), fetched once per packet by the
@@ -352,8 +428,12 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 	if (assisted(v, cfg))
 		s = sk;
 
+	if (police_fast(q, cfg, v, sk, &backlog, &cost))
+		goto charged;
+
 	bpf_spin_lock(&q->lock);
 	rate_sync(q, cfg);
+	frac_fast_settle(q);
 	backlog = vq_clamp(q, cfg, v->now);
 	if (v->gate && !(cfg->flags & HBM_F_NO_DROP) && gate_over_ns(q, cfg, v->now) > 0) {
 		/* gate.h: its timer sends it again once the backlog drained
@@ -377,13 +457,14 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 		st->dropped_bytes += v->p.wire_bytes;
 	} else {
 		gate_charge(q, cfg, q->vtime_ns, cost, v->now);
-		q->vtime_ns += cost;
+		/* Atomic adds: police_fast adds to these without the lock. */
+		__sync_fetch_and_add(&q->vtime_ns, cost);
 		q->frac = frac;
-		st->packets += v->p.segs;
-		st->bytes += v->p.wire_bytes;
+		__sync_fetch_and_add(&st->packets, v->p.segs);
+		__sync_fetch_and_add(&st->bytes, v->p.wire_bytes);
 		/* lend.h: counted here, the interval ended after the walk
 		 * (lend_walk) by the level's place in charged_id (below). */
-		q->lend_bytes += v->p.wire_bytes;
+		__sync_fetch_and_add(&q->lend_bytes, v->p.wire_bytes);
 		if ((__s64)(v->now - q->lend_ns) >= (__s64)LEND_INTERVAL_NS)
 			v->lend_due |= 1 << (v->ncharged & 7);
 		if (cfg->flags & HBM_F_PACE) {
@@ -419,6 +500,7 @@ __noinline int police_level(struct __sk_buff *skb, struct verdict *v, struct hbm
 
 	if (drop)
 		return POLICE_DROP;
+charged:
 	v->borrowed |= cfg->ceil_bps > cfg->rate_bps;
 	v->guaranteed_up = cfg->ceil_bps > cfg->rate_bps && q->lend_y_Bps * 8 <= cfg->rate_bps;
 	if (v->ncharged < VERDICT_CHARGED) {
@@ -492,10 +574,11 @@ static __always_inline void refund(struct verdict *v)
 		if (!q)
 			continue;
 		bpf_spin_lock(&q->lock);
-		q->vtime_ns -= (__u64)v->charged_ns16[i] << 4;
+		/* Atomic: police_fast adds to these without the lock. */
+		__sync_fetch_and_add(&q->vtime_ns, -((__u64)v->charged_ns16[i] << 4));
 		q->gate_vt_ns -= (__u64)v->charged_ns16[i] << 4;
-		q->st.packets -= v->p.segs;
-		q->st.bytes -= v->p.wire_bytes;
+		__sync_fetch_and_add(&q->st.packets, -(__u64)v->p.segs);
+		__sync_fetch_and_add(&q->st.bytes, -v->p.wire_bytes);
 		bpf_spin_unlock(&q->lock);
 	}
 }

@@ -585,7 +585,7 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 	int over;
 
 	ceil = rate * pq >> 16;
-	q->ctl_wire += p->wire_bytes;
+	__sync_fetch_and_add(&q->ctl_wire, p->wire_bytes); /* police_fast adds without the lock */
 	if (p->is_tcp) {
 		q->ctl_tcp_wire += p->wire_bytes;
 		q->ctl_tcp_payload += p->payload;
@@ -636,7 +636,7 @@ static __always_inline void share_update(struct hbm_queue *q, const struct hbm_c
 		q->ctl_min_ns = share_interval_pkts(rate);
 		q->ctl_len_ns = share_interval(q, rate);
 		q->win_len_ns = share_window_ns(q, cfg);
-		q->ctl_wire = 0;
+		q->ctl_wire = 0; /* a lock-free charge's add now may be lost: a packet's bytes in a rate sample (policy.h, police_fast) */
 		q->ctl_tcp_wire = 0;
 		q->ctl_tcp_payload = 0;
 

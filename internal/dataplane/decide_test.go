@@ -104,6 +104,15 @@ func (h *harness) setBacklog(d time.Duration) {
 	must(h.t, h.queues.Put(&h.key, &q))
 }
 
+// setBacklogKeep moves the queue to stand at d, keeping the rest of it (its
+// intervals, so that the next packet may take the lock-free path).
+func (h *harness) setBacklogKeep(d time.Duration) {
+	var q hbmHbmQueue
+	must(h.t, h.queues.Lookup(&h.key, &q))
+	q.VtimeNs = uint64(int64(monoNow()) + int64(d))
+	must(h.t, h.queues.Put(&h.key, &q))
+}
+
 func (h *harness) vtime() uint64 {
 	var q hbmHbmQueue
 	must(h.t, h.queues.Lookup(&h.key, &q))
@@ -426,6 +435,66 @@ func TestChargeExact(t *testing.T) {
 		}
 		if got < want-1 || got > want+1 {
 			t.Errorf("%v: advanced %.0f ns, want %.0f", r, got, want)
+		}
+	}
+}
+
+// TestChargeExactLockFree: a packet that needs nothing but its charge (UDP
+// in a paced group below half its mark) is charged without the queue's lock
+// (policy.h, police_fast), and as exactly: the queue's time, its own
+// remainder and the lock-free remainder together advance by the packets'
+// cost. TCP packets never take that path.
+func TestChargeExactLockFree(t *testing.T) {
+	const r = rate.Rate(3_000_000_000) // 8/3 ns a byte: every charge has a remainder
+	h := newHarness(t, Limit{Rate: r, Thresholds: rate.Default(r)})
+	udp := ipv4(unix.IPPROTO_UDP, ecnNotECT, udpDgram(72))
+	tcp := ipv4(unix.IPPROTO_TCP, ecnNotECT, tcpSeg(60))
+	total := func() (float64, hbmHbmQueue) {
+		var q hbmHbmQueue
+		must(t, h.queues.Lookup(&h.key, &q))
+		return float64(q.VtimeNs) + (float64(q.Frac)+float64(q.FracFastQ32))/(1<<32), q
+	}
+	for _, c := range []struct {
+		name string
+		pkt  []byte
+		fast bool
+	}{{"udp", udp, true}, {"tcp", tcp, false}} {
+		const n = 50
+		var got float64
+		var q0, q1 hbmHbmQueue
+		for try := 0; try < 10; try++ {
+			h.setBacklog(0)
+			h.run(c.pkt, 0, 0) // the first after a reset sets the intervals up (locked)
+			var v0 float64
+			v0, q0 = total()
+			t0 := time.Now()
+			for i := 0; i < n; i++ {
+				h.run(c.pkt, 0, 0)
+			}
+			got, q1 = total()
+			got -= v0
+			if time.Since(t0) < rate.DefaultBurst/4 {
+				break // else the clock may have passed the queue: measure again
+			}
+		}
+		want := r.CostExact(uint64(n * (ethHdr + len(c.pkt))))
+		if got < want-1 || got > want+1 {
+			t.Errorf("%s: the queue advanced %.1f ns for %d packets, want %.1f", c.name, got, n, want)
+		}
+		if moved := q1.FracFastQ32 != q0.FracFastQ32; moved != c.fast {
+			t.Errorf("%s: lock-free remainder moved %v, want %v (lock-free path taken: %v)", c.name, moved, c.fast, c.fast)
+		}
+		if d := q1.St.Packets - q0.St.Packets; d != n {
+			t.Errorf("%s: counted %d packets, want %d", c.name, d, n)
+		}
+		// An idle queue's credit stays bounded by the burst, whichever
+		// path charges (the lock-free one applies the floor itself).
+		h.setBacklog(-time.Minute)
+		h.run(c.pkt, 0, 0) // locked: sets the intervals up, clamps
+		h.setBacklogKeep(-time.Minute)
+		h.run(c.pkt, 0, 0)
+		if b := time.Duration(int64(h.vtime()) - int64(monoNow())); b < -rate.DefaultBurst-time.Millisecond {
+			t.Errorf("%s: an idle queue stands at %v of credit, more than the burst's %v", c.name, -b, rate.DefaultBurst)
 		}
 	}
 }

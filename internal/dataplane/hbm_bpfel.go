@@ -155,6 +155,7 @@ type hbmHbmQueue struct {
 	LendQ16         [3]uint64
 	LendWantNs      [3]uint64
 	St              hbmHbmStats
+	FracFastQ32     uint64
 }
 
 type hbmHbmSock struct {

@@ -194,6 +194,7 @@ type rxfreshHbmQueue struct {
 		DroppedBytes uint64
 		Gated        uint64
 	}
+	FracFastQ32 uint64
 }
 
 type rxfreshHbmSock struct {
