@@ -89,8 +89,9 @@ struct hbm_config {
 
 
 /* A limit's counters, in its queue (struct hbm_queue), updated under the
- * queue's lock the policer takes anyway: no map of per-CPU copies, whose
- * size grew with the CPU count (11.5 MiB per 2 CPUs). */
+ * queue's lock the policer takes anyway, or by atomic adds where it takes
+ * none (policy.h, police_fast): no map of per-CPU copies, whose size grew
+ * with the CPU count (11.5 MiB per 2 CPUs). */
 struct hbm_stats {
 	__u64 bytes;         /* wire bytes passed (GSO counted per segment) */
 	__u64 packets;       /* wire packets passed (GSO segments) */

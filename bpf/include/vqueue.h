@@ -64,9 +64,9 @@ static __always_inline __s64 vq_clamp(struct hbm_queue *q, const struct hbm_conf
 		floor = 0;
 	/* Signed comparisons: vtime may lead now (backlog) or trail it (credit);
 	 * another CPU may have read a slightly later clock. */
-	/* Plain stores: a packet charged without the lock at that moment
-	 * (police_fast) may be forgotten, which is what the bounds do to the
-	 * queue anyway (the fast path runs only within them). */
+	/* Plain stores: a lock-free charge (policy.h, police_fast) at that
+	 * moment may be forgotten, as the bounds forget time. That path runs
+	 * only below half the mark, never near the ceiling. */
 	if ((__s64)(q->vtime_ns - floor) < 0) {
 		q->vtime_ns = floor;
 		q->frac = 0;
