@@ -26,11 +26,8 @@ while getopts "b:L:A:B:P:c:p:l:n:T:" o; do
 	*) sed -n '2,20p' "$0"; exit 2 ;;
 	esac
 done
-[ "$(id -u)" = 0 ] || { echo "bench-borrow: needs root" >&2; exit 1; }
-for t in ip tc iperf3 tcpdump python3 "$HBM"; do
-	command -v "$t" >/dev/null || { echo "bench-borrow: $t not found" >&2; exit 1; }
-done
 . "$(dirname "$0")/lib/nspair.sh"
+nspair_require bench-borrow ip tc iperf3 tcpdump python3 "$HBM" || exit 1
 LBPS=$(nspair_bps "$LINK") && ABPS=$(nspair_bps "$GA") && BBPS=$(nspair_bps "$GB") || exit 2
 read -r PA PB <<<"$PRIOS"
 htbprio() { case $1 in latency) echo 0 ;; normal) echo 3 ;; batch) echo 7 ;; *) echo "bench-borrow: priority $1" >&2; return 1 ;; esac; }

@@ -32,14 +32,11 @@ while getopts "b:F:n:T:m:" o; do
 	*) sed -n '2,28p' "$0"; exit 2 ;;
 	esac
 done
-[ "$(id -u)" = 0 ] || { echo "bench-groups: needs root" >&2; exit 1; }
-for t in ip bpftool python3 "$HBM"; do
-	command -v "$t" >/dev/null || { echo "bench-groups: $t not found" >&2; exit 1; }
-done
+. "$(dirname "$0")/lib/nspair.sh"
+nspair_require bench-groups ip bpftool python3 "$HBM" || exit 1
 case $F in '' | *[!0-9]*) echo "bench-groups: -F $F: a number" >&2; exit 2 ;; esac
 [ "$F" -ge 1 ] && [ "$F" -le 40 ] || { echo "bench-groups: -F $F: 1 to 40" >&2; exit 2; }
 HBM=$(realpath "$HBM")
-. "$(dirname "$0")/lib/nspair.sh"
 CG=$(nspair_cgroot)
 [ -n "$CG" ] || { echo "bench-groups: no cgroup2 mount" >&2; exit 1; }
 TOP=/hbm-bench-groups C=hbmgr-c S=hbmgr-s

@@ -25,10 +25,8 @@ while getopts "b:R:m:s:l:n:T:P" o; do
 	*) sed -n '2,18p' "$0"; exit 2 ;;
 	esac
 done
-[ "$(id -u)" = 0 ] || { echo "bench-pps: needs root" >&2; exit 1; }
-for t in ip tc sockperf taskset "$HBM"; do
-	command -v "$t" >/dev/null || { echo "bench-pps: $t not found" >&2; exit 1; }
-done
+. "$(dirname "$0")/lib/nspair.sh"
+nspair_require bench-pps ip tc sockperf taskset "$HBM" || exit 1
 for l in $LIMITERS; do
 	case $l in hbm | hook | htb | none) ;; *) echo "bench-pps: limiter $l: hbm, hook, htb or none" >&2; exit 2 ;; esac
 done
@@ -38,7 +36,6 @@ case " $LIMITERS " in *" hook "*)
 esac
 [[ $SOCKETS =~ ^[1-9][0-9]?$ && $RUNS =~ ^[1-9][0-9]?$ && $T =~ ^[1-9][0-9]*$ && $SIZE =~ ^[1-9][0-9]*$ ]] ||
 	{ echo "bench-pps: -s 1-99, -n 1-99, -T and -m positive integers" >&2; exit 2; }
-. "$(dirname "$0")/lib/nspair.sh"
 nspair_bps "$RATE" >/dev/null || exit 2
 CG=$(nspair_cgroot)
 [ -n "$CG" ] || { echo "bench-pps: no cgroup2 mount" >&2; exit 1; }

@@ -22,11 +22,8 @@ while getopts "b:R:m:r:c:l:n:T:" o; do
 	*) sed -n '2,17p' "$0"; exit 2 ;;
 	esac
 done
-[ "$(id -u)" = 0 ] || { echo "bench-sparse: needs root" >&2; exit 1; }
-for t in ip tc sockperf "$HBM"; do
-	command -v "$t" >/dev/null || { echo "bench-sparse: $t not found" >&2; exit 1; }
-done
 . "$(dirname "$0")/lib/nspair.sh"
+nspair_require bench-sparse ip tc sockperf "$HBM" || exit 1
 nspair_bps "$RATE" >/dev/null || exit 2
 CG=$(nspair_cgroot)
 [ -n "$CG" ] || { echo "bench-sparse: no cgroup2 mount" >&2; exit 1; }

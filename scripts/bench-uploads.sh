@@ -21,11 +21,8 @@ while getopts "b:r:s:c:l:n:d:" o; do
 	*) sed -n '2,16p' "$0"; exit 2 ;;
 	esac
 done
-[ "$(id -u)" = 0 ] || { echo "bench-uploads: needs root" >&2; exit 1; }
-for t in ip tc nginx ab "$HBM"; do
-	command -v "$t" >/dev/null || { echo "bench-uploads: $t not found" >&2; exit 1; }
-done
 . "$(dirname "$0")/lib/nspair.sh"
+nspair_require bench-uploads ip tc nginx ab "$HBM" || exit 1
 BPS=$(nspair_bps "$RATE") || exit 2
 CG=$(nspair_cgroot)
 [ -n "$CG" ] || { echo "bench-uploads: no cgroup2 mount" >&2; exit 1; }

@@ -2,6 +2,17 @@
 # scripts/bench-*.sh. Two network namespaces joined by a veth pair; every
 # function returns non-zero on failure and leaves cleanup to nspair_down.
 
+# nspair_require NAME TOOL...: fails, saying why as NAME, unless run as root
+# with every TOOL (a command name or path) found.
+nspair_require() {
+	local name=$1 t
+	shift
+	[ "$(id -u)" = 0 ] || { echo "$name: needs root" >&2; return 1; }
+	for t in "$@"; do
+		command -v "$t" >/dev/null || { echo "$name: $t not found" >&2; return 1; }
+	done
+}
+
 # nspair_cgroot prints where cgroup2 is mounted (from mountinfo).
 nspair_cgroot() { awk '$9 == "cgroup2" {print $5; exit}' /proc/self/mountinfo; }
 
