@@ -342,7 +342,7 @@ static __always_inline int police_fast(struct hbm_queue *q, const struct hbm_con
 				       __s64 *backlog, __u64 *cost)
 {
 	__s64 b;
-	__u64 f;
+	__u32 f = 0;
 
 	if (sk || v->p.is_tcp || v->gate || v->fresh || v->candidate || v->guaranteed ||
 	    cfg->ceil_bps > cfg->rate_bps)
@@ -356,10 +356,9 @@ static __always_inline int police_fast(struct hbm_queue *q, const struct hbm_con
 	b = (__s64)(q->vtime_ns - v->now);
 	if (b >= (__s64)(cfg->mark_ns >> 1) || v->now < cfg->burst_ns)
 		return 0;
-	/* cost_ns without the queue's own remainder (q->frac, the locked
-	 * path's): whole ns now, the rest to frac_fast_q32. */
-	f = v->p.wire_bytes * q->eff_frac;
-	*cost = v->p.wire_bytes * q->eff_ns_per_byte + (f >> 32);
+	/* cost_ns from a zero remainder, not the queue's own (q->frac, the
+	 * locked path's): whole ns now, the sub-ns rest (f) to frac_fast_q32. */
+	*cost = cost_ns(q, cfg, v->p.wire_bytes, &f);
 	if (b < -(__s64)cfg->burst_ns) {
 		/* Idle past its burst's credit (a group that never fills its
 		 * rate, at every packet): vq_clamp's floor, with a plain
@@ -371,8 +370,8 @@ static __always_inline int police_fast(struct hbm_queue *q, const struct hbm_con
 	} else {
 		__sync_fetch_and_add(&q->vtime_ns, *cost);
 	}
-	if (f & 0xffffffffULL)
-		__sync_fetch_and_add(&q->frac_fast_q32, f & 0xffffffffULL);
+	if (f)
+		__sync_fetch_and_add(&q->frac_fast_q32, f);
 	__sync_fetch_and_add(&q->st.packets, v->p.segs);
 	__sync_fetch_and_add(&q->st.bytes, v->p.wire_bytes);
 	__sync_fetch_and_add(&q->lend_bytes, v->p.wire_bytes);
