@@ -118,11 +118,12 @@ static __always_inline __u64 jiffy_ns(__u64 now)
  * clamp that would forget it), not that it stays low; gating at the mark
  * held a third of 8 clients' connections for a few ms each and lengthened
  * their tail. Unlocked: aligned 64-bit reads. */
-static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
+static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now, int *admits)
 {
 	struct hbm_key key = { .cgroup_id = id, .dir = HBM_DIR_EGRESS };
 	const struct hbm_config *cfg;
 	struct hbm_queue *q;
+	__s64 e;
 
 	cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
 	if (!cfg || (cfg->flags & HBM_F_NO_DROP))
@@ -130,7 +131,10 @@ static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now)
 	q = bpf_map_lookup_elem(&hbm_queue_map, &key);
 	if (!q)
 		return 0;
-	return gate_over_ns(q, cfg, now);
+	e = gate_over_ns(q, cfg, now);
+	if (e > 0 && !(q->admit & ADMIT_ON))
+		*admits = 0;
+	return e;
 }
 
 /* peer_key fills k with the socket's remote address and network namespace. */
@@ -222,19 +226,35 @@ static __always_inline struct hbm_listen *listen_entry(struct bpf_sock_ops *skop
 	return bpf_map_lookup_elem(&hbm_listen_map, &k);
 }
 
-/* gate_reply is the timeout, in jiffies of j ns, for a wait of wait (ns:
- * the groups' excess) that must be at least least (gate_least_ns for a
- * server's request, gate_active_least_ns for a client's SYN): 0 where the
- * least is beyond GATE_MAX_NS (the peer too far to gate). */
-static __always_inline __u32 gate_reply(__s64 wait, __s64 least, __u64 j)
+/* conn_fits says whether connections whose record (admit_note: what each
+ * sent, smoothed; 0 none closed yet) is conn_bytes each send what fits in
+ * ADMIT_BYTES, so that the gate can admit them whole: beyond it the gate
+ * let through connections whose rest then shared the group paced (64
+ * clients of 100 KB on new connections, P99 336 ms against 297 paced from
+ * the start). Unknown: no. */
+static __always_inline int conn_fits(__u32 conn_bytes)
 {
-	if (least > (__s64)GATE_MAX_NS)
-		return 0; /* too far to gate */
-	if (wait < least)
-		wait = least;
-	if (wait > (__s64)GATE_MAX_NS)
-		wait = GATE_MAX_NS;
-	return ((__u64)wait + j - 1) / j;
+	return conn_bytes && conn_bytes <= ADMIT_BYTES;
+}
+
+/* admit_fits is conn_fits for connections like skops's: a server's by its
+ * listener's record, a client's by its server's. */
+static __always_inline int admit_fits(struct bpf_sock_ops *skops)
+{
+	struct hbm_listen *l = listen_entry(skops);
+	struct hbm_peer_key k = {};
+	struct hbm_peer *p;
+	__u32 c = 0;
+
+	if (l) {
+		c = l->conn_bytes;
+	} else {
+		peer_key(skops, &k);
+		p = bpf_map_lookup_elem(&hbm_peer_map, &k);
+		if (p)
+			c = p->conn_bytes;
+	}
+	return conn_fits(c);
 }
 
 /* gate_active answers BPF_SOCK_OPS_TIMEOUT_INIT for an active open (a
@@ -265,7 +285,7 @@ static __always_inline int gate_active(struct bpf_sock_ops *skops)
 	__s64 wait = 0, e, least;
 	__u64 id;
 	__u32 n;
-	int level, i;
+	int level, i, admits = 1;
 
 	if (!sk)
 		return 1;
@@ -291,13 +311,13 @@ static __always_inline int gate_active(struct bpf_sock_ops *skops)
 		id = cgroup_level_id(cg, level, i);
 		if (!id)
 			break;
-		e = gate_excess_ns(id, now);
+		e = gate_excess_ns(id, now, &admits);
 		if (e > wait)
 			wait = e;
 	}
 	if (wait <= 0)
 		return 1;
-	n = gate_reply(wait, least, j);
+	n = gate_reply(wait, least, gate_longest_ns(admit_fits(skops), admits), j);
 	if (!n)
 		return 1;
 	s->syn_gated = 1;
@@ -314,7 +334,7 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 	__u64 now = bpf_ktime_get_ns(), j;
 	__s64 wait = 0, e;
 	__u32 n;
-	int i;
+	int i, admits = 1;
 
 	if (skops->is_fullsock)
 		return gate_active(skops);
@@ -327,13 +347,13 @@ static __always_inline int gate_timeout(struct bpf_sock_ops *skops)
 	for (i = 0; i < HBM_GATE_LEVELS; i++) {
 		if (!l->cgroup_id[i])
 			break;
-		e = gate_excess_ns(l->cgroup_id[i], now);
+		e = gate_excess_ns(l->cgroup_id[i], now, &admits);
 		if (e > wait)
 			wait = e;
 	}
 	if (wait <= 0)
 		return 1;
-	n = gate_reply(wait, gate_least_ns(skops), j);
+	n = gate_reply(wait, gate_least_ns(skops), gate_longest_ns(conn_fits(l->conn_bytes), admits), j);
 	if (n)
 		skops->reply = n;
 	return 1;

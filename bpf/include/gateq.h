@@ -28,14 +28,34 @@
  * - the group's queue draining to its mark: the group is under its rate
  *   again, and what passed before is not repaid by holding connections
  *   later (else every connection was held for the rest of the run).
- * Where the bound never cuts, it is the group's queue. Include after
+ * Where the bound never cuts, it is the group's queue. Also how long a
+ * connection may wait (gate_longest_ns, gate_reply). Include after
  * vmlinux.h and hbm.h. */
 #ifndef HBM_GATEQ_H
 #define HBM_GATEQ_H
 
 #include "hbm.h"
 
-#define GATE_MAX_NS (100 * 1000000ULL) /* most wait asked for at once */
+/* The most wait asked for at once, and how far past the threshold the
+ * gate's queue remembers. A held connection waits once, so this is the
+ * longest round of new connections the gate can hold a group to (every
+ * client waiting its turn, as in htb's queue), where the connections then
+ * leave whole (admitted: share.h, admit_steer); past it the queue forgets
+ * and their first flights escape: at 100 ms, 128 clients of 20 KB
+ * responses on a new connection each (a 220 ms round at 100mbit) sent
+ * 2.03x the limit (docs/design.md, "The gate's longest wait"). Below the
+ * client's own SYN timer (TCP_TIMEOUT_INIT, 1 s), which would otherwise
+ * send the SYN again and its answer ungated, and below the kernel's
+ * default request timeout, by which gate_synack tells a timeout the gate
+ * set. A connection that is paced after the gate waits at most
+ * GATE_PACED_MAX_NS there (gate.h, gate_longest_ns): its response waits
+ * its share as well, and the round's time is the pacing's to keep (128
+ * clients of 50 KB at 100mbit: P99 815 ms with 600 ms waits, 622 with
+ * 100, htb 592). */
+#define GATE_MAX_NS (600 * 1000000ULL)
+#define GATE_PACED_MAX_NS (100 * 1000000ULL)
+_Static_assert(GATE_MAX_NS + 2 * 10000000ULL < 1000000000ULL,
+	       "a gated wait, two ticks late at HZ 100, must stay below the client's 1 s SYN timer");
 
 /* gate_charge charges the gate's queue with a packet of cost ns that the
  * group's queue, at prev before it (after vq_clamp), was charged with: on
@@ -65,6 +85,31 @@ static __always_inline __s64 gate_over_ns(const struct hbm_queue *q, const struc
 	__s64 held = (__s64)(q->gate_vt_ns - now) - (__s64)cfg->max_backlog_ns;
 
 	return (held > backlog ? held : backlog) - (__s64)cfg->drop_large_ns;
+}
+
+/* gate_longest_ns is the most a connection may wait at the gate:
+ * GATE_MAX_NS where it then leaves whole (fits: connections like it fit
+ * ADMIT_BYTES, gate.h, conn_fits; admits: every group over its threshold
+ * admits, share.h, admit_steer), else GATE_PACED_MAX_NS (above says why). */
+static __always_inline __s64 gate_longest_ns(int fits, int admits)
+{
+	return fits && admits ? (__s64)GATE_MAX_NS : (__s64)GATE_PACED_MAX_NS;
+}
+
+/* gate_reply is the timeout, in jiffies of j ns, for a wait of wait (ns:
+ * the groups' excess) that must be at least least (gate_least_ns for a
+ * server's request, gate_active_least_ns for a client's SYN) and at most
+ * longest (gate_longest_ns): 0 where the least is beyond GATE_MAX_NS (the
+ * peer too far to gate). */
+static __always_inline __u32 gate_reply(__s64 wait, __s64 least, __s64 longest, __u64 j)
+{
+	if (least > (__s64)GATE_MAX_NS)
+		return 0; /* too far to gate */
+	if (wait > longest)
+		wait = longest;
+	if (wait < least)
+		wait = least;
+	return ((__u64)wait + j - 1) / j;
 }
 
 #endif /* HBM_GATEQ_H */

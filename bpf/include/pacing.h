@@ -303,30 +303,6 @@ static __always_inline __u32 xfer_time_first(struct bpf_sock_ops *skops)
 	return l && l->xfer_time ? l->xfer_time : XFER_TIME;
 }
 
-/* admit_fits says whether connections like skops's (admit_note's record:
- * its listener's, or its server's for a client's) each send what fits in
- * ADMIT_BYTES, so that the gate can admit them whole: beyond it the gate
- * let through connections whose rest then shared the group paced (64
- * clients of 100 KB on new connections, P99 336 ms against 297 paced from
- * the start). Unknown (none closed yet): no. */
-static __always_inline int admit_fits(struct bpf_sock_ops *skops)
-{
-	struct hbm_listen *l = listen_entry(skops);
-	struct hbm_peer_key k = {};
-	struct hbm_peer *p;
-	__u32 c = 0;
-
-	if (l) {
-		c = l->conn_bytes;
-	} else {
-		peer_key(skops, &k);
-		p = bpf_map_lookup_elem(&hbm_peer_map, &k);
-		if (p)
-			c = p->conn_bytes;
-	}
-	return c && c <= ADMIT_BYTES;
-}
-
 static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 {
 	struct hbm_sock *s;

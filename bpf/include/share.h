@@ -500,7 +500,7 @@ static __always_inline void floor_steer(struct hbm_queue *q, const struct hbm_co
  * gave 96 ms in the 64-client cell, and a count smoothed over a quarter
  * second 168 ms and 1.14x the limit (docs/design.md, "Admission or
  * pacing, per group"). Only connections that send no more than
- * ADMIT_BYTES in all, by the record of their kind (pacing.h, admit_fits:
+ * ADMIT_BYTES in all, by the record of their kind (gate.h, admit_fits:
  * a server's connections by their listener's, hbm_listen.conn_bytes; a
  * client's by their server's, hbm_peer.conn_bytes): a keep-alive pool
  * gains nothing from its first responses admitted; with the first 64 KB

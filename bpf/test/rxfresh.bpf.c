@@ -15,7 +15,8 @@
  * room_run the room a transfer's first window is given (room.h);
  * count_run a flow counted in its group's flow-count windows (share.h,
  * share_count); lend_run a lending interval's end (lendctl.h, lend_tick);
- * gate_run the handshake gate's queue (gateq.h). */
+ * gate_run the handshake gate's queue and gate_wait_run the wait it asks
+ * for (gateq.h). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
@@ -362,6 +363,23 @@ int gate_run(struct gate_case *c)
 	if (c->cost_ns)
 		gate_charge(&q, &cfg, q.vtime_ns, c->cost_ns, c->now_ns);
 	c->gate_vt_ns = q.gate_vt_ns;
+	return 0;
+}
+
+struct gate_wait_case {
+	__s64 wait_ns;  /* in: the groups' excess */
+	__s64 least_ns; /* in: the least wait for the peer */
+	__u64 jiffy_ns; /* in: the kernel's tick */
+	__u32 fits;     /* in: connections like it send at most ADMIT_BYTES */
+	__u32 admits;   /* in: every group over its threshold admits */
+	__u32 reply;    /* out: the timeout, jiffies (0: not gated) */
+	__u32 pad;
+};
+
+SEC("syscall")
+int gate_wait_run(struct gate_wait_case *c)
+{
+	c->reply = gate_reply(c->wait_ns, c->least_ns, gate_longest_ns(c->fits, c->admits), c->jiffy_ns);
 	return 0;
 }
 

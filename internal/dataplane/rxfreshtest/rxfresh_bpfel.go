@@ -60,6 +60,17 @@ type rxfreshGateCase struct {
 	OverNs       int64
 }
 
+type rxfreshGateWaitCase struct {
+	_       structs.HostLayout
+	WaitNs  int64
+	LeastNs int64
+	JiffyNs uint64
+	Fits    uint32
+	Admits  uint32
+	Reply   uint32
+	Pad     uint32
+}
+
 type rxfreshHbmClock struct {
 	_        structs.HostLayout
 	Jiffies0 uint64
@@ -389,6 +400,7 @@ const (
 	rxfreshProgCwndRun      = "cwnd_run"
 	rxfreshProgFloorRun     = "floor_run"
 	rxfreshProgGateRun      = "gate_run"
+	rxfreshProgGateWaitRun  = "gate_wait_run"
 	rxfreshProgHeldRun      = "held_run"
 	rxfreshProgLearnRun     = "learn_run"
 	rxfreshProgLendRun      = "lend_run"
@@ -447,6 +459,7 @@ type rxfreshProgramSpecs struct {
 	CwndRun      *ebpf.ProgramSpec `ebpf:"cwnd_run"`
 	FloorRun     *ebpf.ProgramSpec `ebpf:"floor_run"`
 	GateRun      *ebpf.ProgramSpec `ebpf:"gate_run"`
+	GateWaitRun  *ebpf.ProgramSpec `ebpf:"gate_wait_run"`
 	HeldRun      *ebpf.ProgramSpec `ebpf:"held_run"`
 	LearnRun     *ebpf.ProgramSpec `ebpf:"learn_run"`
 	LendRun      *ebpf.ProgramSpec `ebpf:"lend_run"`
@@ -551,6 +564,7 @@ type rxfreshPrograms struct {
 	CwndRun      *ebpf.Program `ebpf:"cwnd_run"`
 	FloorRun     *ebpf.Program `ebpf:"floor_run"`
 	GateRun      *ebpf.Program `ebpf:"gate_run"`
+	GateWaitRun  *ebpf.Program `ebpf:"gate_wait_run"`
 	HeldRun      *ebpf.Program `ebpf:"held_run"`
 	LearnRun     *ebpf.Program `ebpf:"learn_run"`
 	LendRun      *ebpf.Program `ebpf:"lend_run"`
@@ -569,6 +583,7 @@ func (p *rxfreshPrograms) Close() error {
 		p.CwndRun,
 		p.FloorRun,
 		p.GateRun,
+		p.GateWaitRun,
 		p.HeldRun,
 		p.LearnRun,
 		p.LendRun,
