@@ -48,7 +48,7 @@
  * send the SYN again and its answer ungated, and below the kernel's
  * default request timeout, by which gate_synack tells a timeout the gate
  * set. A connection that is paced after the gate waits at most
- * GATE_PACED_MAX_NS there (gate.h, gate_longest_ns): its response waits
+ * GATE_PACED_MAX_NS there (gate_longest_ns, below): its response waits
  * its share as well, and the round's time is the pacing's to keep (128
  * clients of 50 KB at 100mbit: P99 815 ms with 600 ms waits, 622 with
  * 100, htb 592). */
