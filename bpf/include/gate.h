@@ -132,8 +132,16 @@ static __always_inline __s64 gate_excess_ns(__u64 id, __u64 now, int *admits)
 	if (!q)
 		return 0;
 	e = gate_over_ns(q, cfg, now);
-	if (e > 0 && !(q->admit & ADMIT_ON))
+	if (e <= 0)
+		return e;
+	if (!(q->admit & ADMIT_ON))
 		*admits = 0;
+	/* About when this connection is let go (the wait asked for is this
+	 * level's excess, or another's, within bounds): the gate's queue is
+	 * kept till then (gateq.h). A plain store, unlocked: the latest of
+	 * two racing answers may be lost, a few ms of keeping. */
+	if ((__s64)(now + e - q->gate_until_ns) > 0)
+		q->gate_until_ns = now + e;
 	return e;
 }
 

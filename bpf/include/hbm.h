@@ -203,6 +203,10 @@ struct hbm_queue {
 	                      * the lock (policy.h, police_fast), in 2^-32 ns:
 	                      * moved into vtime_ns as whole ns by the next
 	                      * packet that takes the lock */
+	__u64 gate_until_ns; /* egress: when the last connection the handshake
+	                      * gate held is let go, about (gate.h,
+	                      * gate_excess_ns): until then the gate's queue is
+	                      * kept when the group's drains (gateq.h) */
 };
 
 

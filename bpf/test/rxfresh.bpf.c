@@ -346,6 +346,7 @@ struct gate_case {
 	__u64 max_backlog_ns; /* in: ... and its backlog's bound */
 	__u64 cost_ns;       /* in: a packet's charge (0: none) */
 	__s64 over_ns;       /* out: gate_over_ns before the packet */
+	__u64 gate_until_ns; /* in: when the last held connection is let go */
 };
 
 SEC("syscall")
@@ -356,6 +357,7 @@ int gate_run(struct gate_case *c)
 
 	q.vtime_ns = c->vtime_ns;
 	q.gate_vt_ns = c->gate_vt_ns;
+	q.gate_until_ns = c->gate_until_ns;
 	cfg.drop_large_ns = c->drop_large_ns;
 	cfg.mark_ns = c->mark_ns;
 	cfg.max_backlog_ns = c->max_backlog_ns;

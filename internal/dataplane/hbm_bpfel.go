@@ -156,6 +156,7 @@ type hbmHbmQueue struct {
 	LendWantNs      [3]uint64
 	St              hbmHbmStats
 	FracFastQ32     uint64
+	GateUntilNs     uint64
 }
 
 type hbmHbmSock struct {

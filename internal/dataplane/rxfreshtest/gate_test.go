@@ -65,6 +65,28 @@ func TestGateQueue(t *testing.T) {
 				tc.name, c.OverNs, int64(c.GateVtNs-now), tc.over, int64(tc.gateVtOut-now))
 		}
 	}
+	// The group's queue drains to its mark because the connections the
+	// gate holds are not sending yet: the gate's queue is kept until the
+	// last of them is let go (gate_until_ns). Forgotten at once, the next
+	// connections went ahead of them: 256 clients of 20 KB at 100mbit sent
+	// 1.77x the limit.
+	for _, tc := range []struct {
+		name      string
+		until     uint64
+		gateVtOut uint64
+	}{
+		{"drained to its mark while a held connection still waits: kept", now + 50*ms, now + 101*ms},
+		{"drained to its mark, the last held connection let go: forgiven", now - ms, now + 4*ms},
+	} {
+		c := rxfreshGateCase{VtimeNs: now + 3*ms, GateVtNs: now + 100*ms, NowNs: now, DropLargeNs: dl, MarkNs: mark,
+			MaxBacklogNs: bound, CostNs: ms, GateUntilNs: tc.until}
+		if _, err := objs.GateRun.Run(&ebpf.RunOptions{Context: &c, ContextOut: &c}); err != nil {
+			t.Fatalf("%s: test run: %v", tc.name, err)
+		}
+		if c.GateVtNs != tc.gateVtOut {
+			t.Errorf("%s: gate's queue at now%+d, want now%+d", tc.name, int64(c.GateVtNs-now), int64(tc.gateVtOut-now))
+		}
+	}
 }
 
 // TestGateWait: the timeout the gate asks for (gateq.h, gate_reply and

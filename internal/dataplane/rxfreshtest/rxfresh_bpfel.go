@@ -58,6 +58,7 @@ type rxfreshGateCase struct {
 	MaxBacklogNs uint64
 	CostNs       uint64
 	OverNs       int64
+	GateUntilNs  uint64
 }
 
 type rxfreshGateWaitCase struct {
@@ -206,6 +207,7 @@ type rxfreshHbmQueue struct {
 		Gated        uint64
 	}
 	FracFastQ32 uint64
+	GateUntilNs uint64
 }
 
 type rxfreshHbmSock struct {
