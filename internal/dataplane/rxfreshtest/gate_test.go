@@ -34,57 +34,45 @@ func TestGateQueue(t *testing.T) {
 		cost          uint64
 		over          int64
 		gateVtOut     uint64
+		until         uint64 // when the last held connection is let go
 	}{
-		{"never cut: the gate's queue is the group's", now + 5*ms, now + 5*ms, ms, 5*ms - dl, now + 6*ms},
+		{"never cut: the gate's queue is the group's", now + 5*ms, now + 5*ms, ms, 5*ms - dl, now + 6*ms, 0},
 		{"behind the group's (it drained to credit, or a new queue): charged from the group's",
-			now - 2*ms, 0, ms, -2*ms - dl, now - ms},
+			now - 2*ms, 0, ms, -2*ms - dl, now - ms, 0},
 		{"behind the group's (a refund): charged from the group's",
-			now + 20*ms, now + 19*ms, ms, 8 * ms, now + 21*ms},
+			now + 20*ms, now + 19*ms, ms, 8 * ms, now + 21*ms, 0},
 		{"cut at the bound, within the allowance (a burst's): over by the group's queue",
-			now + 48*ms, now + 70*ms, ms, 36 * ms, now + 71*ms},
+			now + 48*ms, now + 70*ms, ms, 36 * ms, now + 71*ms, 0},
 		{"cut past the allowance: over by what the bound forgot past it",
-			now + 48*ms, now + 120*ms, ms, 60 * ms, now + 121*ms},
+			now + 48*ms, now + 120*ms, ms, 60 * ms, now + 121*ms, 0},
 		{"past the allowance while the group's queue stands above its mark: kept",
-			now + 10*ms, now + 100*ms, ms, 40 * ms, now + 101*ms},
+			now + 10*ms, now + 100*ms, ms, 40 * ms, now + 101*ms, 0},
 		{"past the allowance, the group's queue drained to its mark: forgiven at the next packet",
-			now + 3*ms, now + 100*ms, ms, 40 * ms, now + 4*ms},
+			now + 3*ms, now + 100*ms, ms, 40 * ms, now + 4*ms, 0},
 		{"a gate's queue in the past counts nothing",
-			now + 20*ms, now - 5*ms, ms, 8 * ms, now + 21*ms},
+			now + 20*ms, now - 5*ms, ms, 8 * ms, now + 21*ms, 0},
 		{"at most GATE_MAX_NS past the threshold",
-			now + 48*ms, end - ms/2, ms, gateMax - ms/2, end},
+			now + 48*ms, end - ms/2, ms, gateMax - ms/2, end, 0},
 		{"a round longer than 100 ms is remembered (128 clients of 20 KB at 100mbit: 220 ms)",
-			now + 48*ms, now + bound + dl + 250*ms, ms, 250 * ms, now + bound + dl + 251*ms},
-		{"no packet: unchanged", now + 48*ms, now + 120*ms, 0, 60 * ms, now + 120*ms},
+			now + 48*ms, now + bound + dl + 250*ms, ms, 250 * ms, now + bound + dl + 251*ms, 0},
+		{"no packet: unchanged", now + 48*ms, now + 120*ms, 0, 60 * ms, now + 120*ms, 0},
+		// The group's queue drains to its mark because the connections
+		// the gate holds are not sending yet: the gate's queue is kept
+		// until the last of them is let go (gate_until_ns). Forgotten at
+		// once, the next connections went ahead of them: 256 clients of
+		// 20 KB at 100mbit sent 1.77x the limit.
+		{"drained to its mark while a held connection still waits: kept",
+			now + 3*ms, now + 100*ms, ms, 40 * ms, now + 101*ms, now + 50*ms},
+		{"drained to its mark, the last held connection let go: forgiven",
+			now + 3*ms, now + 100*ms, ms, 40 * ms, now + 4*ms, now - ms},
 	} {
-		c := rxfreshGateCase{VtimeNs: tc.vtime, GateVtNs: tc.gateVt, NowNs: now, DropLargeNs: dl, MarkNs: mark, MaxBacklogNs: bound, CostNs: tc.cost}
+		c := rxfreshGateCase{VtimeNs: tc.vtime, GateVtNs: tc.gateVt, NowNs: now, DropLargeNs: dl, MarkNs: mark, MaxBacklogNs: bound, CostNs: tc.cost, GateUntilNs: tc.until}
 		if _, err := objs.GateRun.Run(&ebpf.RunOptions{Context: &c, ContextOut: &c}); err != nil {
 			t.Fatalf("%s: test run: %v", tc.name, err)
 		}
 		if c.OverNs != tc.over || c.GateVtNs != tc.gateVtOut {
 			t.Errorf("%s: over %d ns, gate's queue at now%+d; want %d, now%+d",
 				tc.name, c.OverNs, int64(c.GateVtNs-now), tc.over, int64(tc.gateVtOut-now))
-		}
-	}
-	// The group's queue drains to its mark because the connections the
-	// gate holds are not sending yet: the gate's queue is kept until the
-	// last of them is let go (gate_until_ns). Forgotten at once, the next
-	// connections went ahead of them: 256 clients of 20 KB at 100mbit sent
-	// 1.77x the limit.
-	for _, tc := range []struct {
-		name      string
-		until     uint64
-		gateVtOut uint64
-	}{
-		{"drained to its mark while a held connection still waits: kept", now + 50*ms, now + 101*ms},
-		{"drained to its mark, the last held connection let go: forgiven", now - ms, now + 4*ms},
-	} {
-		c := rxfreshGateCase{VtimeNs: now + 3*ms, GateVtNs: now + 100*ms, NowNs: now, DropLargeNs: dl, MarkNs: mark,
-			MaxBacklogNs: bound, CostNs: ms, GateUntilNs: tc.until}
-		if _, err := objs.GateRun.Run(&ebpf.RunOptions{Context: &c, ContextOut: &c}); err != nil {
-			t.Fatalf("%s: test run: %v", tc.name, err)
-		}
-		if c.GateVtNs != tc.gateVtOut {
-			t.Errorf("%s: gate's queue at now%+d, want now%+d", tc.name, int64(c.GateVtNs-now), int64(tc.gateVtOut-now))
 		}
 	}
 }
