@@ -77,6 +77,7 @@ int hbm_egress(struct __sk_buff *skb)
 			if (!s->burst) {
 				s->burst = 1;
 				s->xfer_start = t;
+				s->xfer_rcv = (__u32)tp->bytes_received;
 			}
 			v.xfer = t - s->xfer_start < xfer_time_of(s);
 			/* TCP paces none of a connection's first segments,
@@ -94,7 +95,10 @@ int hbm_egress(struct __sk_buff *skb)
 	}
 	if (v.p.is_tcp) {
 		v.protected = tx_protected(&v.p, v.held);
-		v.cn_able = 1;
+		/* Not a pure ACK: the code slows no ACK (what arrives clocks
+		 * them) and cuts the socket's cwnd for the data it sends
+		 * next (policy.h, signal_spared). */
+		v.cn_able = v.p.payload != 0;
 	}
 	police_path(skb, &v, s);
 	verdict_learn(s, &v);

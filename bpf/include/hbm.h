@@ -297,7 +297,12 @@ struct hbm_sock {
 	                    * new connections at the handshake gate (share.h,
 	                    * admit_steer): a connection the gate could hold then
 	                    * sends its first ADMIT_BYTES unpaced (pacing.h) */
-	__u32 admit_pad;
+	__u32 xfer_rcv;    /* egress: the socket's bytes_received (low 32 bits) when
+	                    * its current transfer began (hbm.bpf.c): moved at its
+	                    * owner's next write after it went idle, that write
+	                    * answers something, and the flow is counted back at
+	                    * once (pacing.h, recount). Was padding: the layout and
+	                    * size are unchanged */
 };
 
 /* Key of hbm_netns_map: a network namespace (its inode number, as

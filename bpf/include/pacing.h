@@ -77,6 +77,43 @@ static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int 
 	}
 }
 
+/* recount counts the socket back in its groups' flow counts at its owner's
+ * write after it went idle, where that write answers something (share.h,
+ * share_write, write_answers): its first packet may wait out its pacing
+ * time first. */
+static __always_inline void recount(struct tcp_sock *tp, struct hbm_sock *s)
+{
+	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
+	const struct hbm_config *cfg;
+	struct hbm_queue *q;
+	struct cgroup *cg;
+	__u32 rcv = (__u32)tp->bytes_received;
+	__u64 now = bpf_ktime_get_ns();
+	int level, i;
+
+	if (!write_answers(s, rcv))
+		return;
+	cg = sk_cgroup((struct sock *)tp, &level);
+	if (!cg)
+		return;
+	for (i = 0; i < HBM_MAX_LEVELS; i++) {
+		if (i > level)
+			break;
+		if (!(s->seen[i] & SEEN_LEFT))
+			continue;
+		key.cgroup_id = cgroup_level_id(cg, level, i);
+		if (!key.cgroup_id)
+			break;
+		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
+		cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
+		if (!q || !cfg || !(cfg->flags & HBM_F_PACE))
+			continue;
+		bpf_spin_lock(&q->lock);
+		share_write(q, cfg, s, i, rcv, now);
+		bpf_spin_unlock(&q->lock);
+	}
+}
+
 /* xfer_room is the first window, segments of mss bytes, that the
  * socket's own group (the deepest level it was counted in, s->seen, with a
  * limit) gives the transfer it is about to begin (room.h, room_plan, read
@@ -372,6 +409,7 @@ static __always_inline int hbm_pace(struct bpf_sock_ops *skops)
 				if (s->burst)
 					xfer_end(skops, tp, s);
 				xfer_plan(skops, tp, s);
+				recount(tp, s);
 				s->armed = ARMED_IDLE;
 			}
 			return 1;

@@ -4,9 +4,10 @@
  * the queue stands in time.
  *
  *   backlog <= mark             pass
- *   mark < backlog              ECT: CE. Non-ECT TCP (egress): congestion code
- *                               with probability rising linearly to 1 at
- *                               drop_large. Other traffic: pass.
+ *   mark < backlog              ECT: CE. Non-ECT TCP with payload (egress):
+ *                               congestion code with probability rising
+ *                               linearly to 1 at drop_large. Other traffic
+ *                               (pure ACKs, SYNs included): pass.
  *   backlog > drop_large        large packets dropped
  *   backlog > drop_small        all packets dropped
  * Never dropped: anything under HBM_F_NO_DROP; on egress, TCP flows with
@@ -87,7 +88,7 @@ struct verdict {
 	__u8 gate;          /* egress: the first SYN-ACK of a request the handshake
 	                     * gate timed (gate.h): refused while a level stands
 	                     * above its drop-large threshold */
-	__u8 cn_able;       /* the hook can return the congestion code (egress TCP) */
+	__u8 cn_able;       /* the hook can return the congestion code (egress TCP with payload) */
 	__u8 cn;            /* some level returned the congestion code */
 	__u8 drop;          /* some level dropped it */
 	/* The levels that charged the packet (police_path): refunded if a

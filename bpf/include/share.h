@@ -314,6 +314,41 @@ static __always_inline int share_count(struct hbm_queue *q, const struct hbm_con
 	return 1;
 }
 
+/* write_answers reports whether its owner's write to an idle socket with
+ * state s answers something: the socket received data (rcv, its
+ * bytes_received, low 32 bits) since its last transfer began (hbm.bpf.c
+ * sets s->xfer_rcv): a server's response to the next request, a client's
+ * next request after a response. TCP's own small-queue handler writes too,
+ * right after a socket went idle (pacing.h, xfer_plan), answering nothing. */
+static __always_inline int write_answers(const struct hbm_sock *s, __u32 rcv)
+{
+	return rcv != s->xfer_rcv;
+}
+
+/* share_write counts back, at its owner's write, the flow of socket state s
+ * (its slot for this group: s->seen[lvl]) that went idle, where the write
+ * answers something (write_answers; rcv: the socket's bytes_received, low
+ * 32 bits): as a transfer, the class its first packet will have
+ * (hbm.bpf.c). That packet may wait for its pacing time (set by the last
+ * transfer's last packet) for a good part of the flow's gap; counted only
+ * from it, a keep-alive pool's flows spent that wait in grace_w, halved
+ * every control interval, and the share moved with the count (measured:
+ * 128 keep-alive clients of 5 KB at 100mbit, share_flows 648-1,000 of
+ * 1,024 units and the share 9,855-14,552 B/s between the 5th and 95th
+ * percentiles of 20 ms samples; counted at the write, 1,024 and
+ * 11,411-11,714: docs/design.md, "Counted at the write"). Returns 1 if it
+ * was counted back. Called with the queue locked. */
+static __always_inline int share_write(struct hbm_queue *q, const struct hbm_config *cfg,
+				       struct hbm_sock *s, __u32 lvl, __u32 rcv, __u64 now)
+{
+	lvl &= HBM_MAX_LEVELS - 1;
+	if (!(s->seen[lvl] & SEEN_LEFT) || !write_answers(s, rcv))
+		return 0;
+	share_count(q, cfg, s, lvl, 0, 1, now);
+	q->recount = 1;
+	return 1;
+}
+
 /* share_of is the share of a flow of weight w (1 or XFER_WEIGHT) in the
  * group, payload bytes/s, at most the group's rate. */
 static __always_inline __u64 share_of(const struct hbm_queue *q, const struct hbm_config *cfg, __u32 w)

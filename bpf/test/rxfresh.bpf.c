@@ -499,6 +499,7 @@ int room_run(struct room_case *c)
 #define COUNT_PKT   1 /* a packet of the flow at now_ns, of class xfer */
 #define COUNT_IDLE  2 /* the flow went idle (share_depart) */
 #define COUNT_CLOSE 3 /* the flow closed (share_depart) */
+#define COUNT_WRITE 4 /* its owner writes, the socket having received rcv bytes (share_write) */
 #define COUNT_SOCKS 4
 
 struct count_case {
@@ -514,6 +515,8 @@ struct count_case {
 	__u32 share_flows; /* out: the count the share divides by (share_flows) */
 	__u32 epoch;      /* out: the window's number */
 	__u32 grace;      /* out: idle flows not back yet (grace_w) */
+	__u32 rcv;        /* in (packet, write): the socket's bytes_received */
+	__u32 pad;
 };
 
 struct {
@@ -546,8 +549,10 @@ int count_run(struct count_case *c)
 		for (i = 0; i < COUNT_SOCKS; i++) {
 			struct hbm_sock *o = bpf_map_lookup_elem(&count_socks, &i);
 
-			if (o)
+			if (o) {
 				o->seen[0] = 0;
+				o->burst = 0;
+			}
 		}
 	}
 	bpf_spin_lock(&q->lock);
@@ -560,7 +565,14 @@ int count_run(struct count_case *c)
 		q->win_len_ns = c->win_ns;
 	} else if (c->op == COUNT_IDLE || c->op == COUNT_CLOSE) {
 		share_depart(q, s, 0, c->op == COUNT_CLOSE);
+		s->burst = 0; /* as pacing.h's depart */
+	} else if (c->op == COUNT_WRITE) {
+		share_write(q, &cfg, s, 0, c->rcv, now);
 	} else {
+		if (!s->burst) { /* as hbm.bpf.c */
+			s->burst = 1;
+			s->xfer_rcv = c->rcv;
+		}
 		share_count(q, &cfg, s, 0, 1514, xfer, now);
 	}
 	c->flows = q->flows;

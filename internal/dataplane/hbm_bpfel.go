@@ -194,7 +194,7 @@ type hbmHbmSock struct {
 	PlanVtNs     uint64
 	PlanNs       uint64
 	Admit        uint32
-	AdmitPad     uint32
+	XferRcv      uint32
 }
 
 type hbmHbmStats struct {

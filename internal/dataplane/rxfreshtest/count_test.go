@@ -22,6 +22,7 @@ const (
 	countPkt   = 1
 	countIdle  = 2
 	countClose = 3
+	countWrite = 4
 	xferWeight = 8
 )
 
@@ -128,6 +129,53 @@ func TestShareCountIdleGrace(t *testing.T) {
 		if got != want {
 			t.Errorf("step %d (%d ms, flow %d, op %d): flows_now, grace, share_flows %v, want %v",
 				i, st.at, st.sock, st.op, got, want)
+		}
+	}
+}
+
+// An idle egress flow whose owner writes again is counted back at the write
+// (share.h, share_write), not at its first packet, which may wait out its
+// pacing time: counted only from that packet, a keep-alive pool's flows
+// spent the wait in grace_w, halved every control interval, and the share
+// swung by half with the count (128 keep-alive clients of 5 KB at 100mbit:
+// docs/design.md, "Counted at the write"). Only a write that answers
+// something (the socket received data since its last transfer began): TCP's
+// small-queue handler writes right after a socket goes idle, answering
+// nothing, and a flow that never sends again must fade from the count.
+func TestShareCountWrite(t *testing.T) {
+	objs := load(t)
+	type step struct {
+		at       uint64 // ms after the reset
+		sock, op uint32
+		rcv      uint32 // the socket's bytes_received
+		// want after it
+		flowsNow, grace, shareFlows uint32
+	}
+	const w = xferWeight
+	const a, b = 0, 1
+	steps := []step{
+		{1, a, countPkt, 100, w, 0, w},
+		{2, b, countPkt, 0, 2 * w, 0, 2 * w},
+		{3, a, countIdle, 100, w, w, 2 * w},
+		{4, a, countWrite, 100, w, w, 2 * w},   // nothing received: still idle
+		{5, a, countWrite, 149, 2 * w, 0, 2 * w}, // a request came: counted back
+		{6, a, countWrite, 149, 2 * w, 0, 2 * w}, // ... once
+		{20, a, countPkt, 149, 2 * w, 0, 2 * w},  // its first packet: counted already
+		{21, a, countIdle, 149, w, w, 2 * w},
+		{22, b, countIdle, 0, 0, 2 * w, 2 * w},
+		{260, a, countWrite, 200, w, w, 2 * w},  // in the next window
+		{261, b, countWrite, 0, w, w, 2 * w},    // b received nothing
+		{262, a, countClose, 200, 0, w, w},
+	}
+	runCount(t, objs, rxfreshCountCase{Op: countReset, NowNs: countMs(1000), WinNs: countWin}, "reset")
+	for i, st := range steps {
+		c := runCount(t, objs, rxfreshCountCase{Op: st.op, NowNs: countMs(1000 + st.at), Xfer: 1, Sock: st.sock, Rcv: st.rcv},
+			fmt.Sprintf("step %d", i))
+		got := [3]uint32{c.FlowsNow, c.Grace, c.ShareFlows}
+		want := [3]uint32{st.flowsNow, st.grace, st.shareFlows}
+		if got != want {
+			t.Errorf("step %d (%d ms, flow %d, op %d, rcv %d): flows_now, grace, share_flows %v, want %v",
+				i, st.at, st.sock, st.op, st.rcv, got, want)
 		}
 	}
 }

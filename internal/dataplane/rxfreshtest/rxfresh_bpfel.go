@@ -27,6 +27,8 @@ type rxfreshCountCase struct {
 	ShareFlows uint32
 	Epoch      uint32
 	Grace      uint32
+	Rcv        uint32
+	Pad        uint32
 }
 
 type rxfreshCwndCase struct {
@@ -245,7 +247,7 @@ type rxfreshHbmSock struct {
 	PlanVtNs     uint64
 	PlanNs       uint64
 	Admit        uint32
-	AdmitPad     uint32
+	XferRcv      uint32
 }
 
 type rxfreshHbmWalk struct {
