@@ -157,14 +157,14 @@ func TestShareCountWrite(t *testing.T) {
 		{1, a, countPkt, 100, w, 0, w},
 		{2, b, countPkt, 0, 2 * w, 0, 2 * w},
 		{3, a, countIdle, 100, w, w, 2 * w},
-		{4, a, countWrite, 100, w, w, 2 * w},   // nothing received: still idle
+		{4, a, countWrite, 100, w, w, 2 * w},     // nothing received: still idle
 		{5, a, countWrite, 149, 2 * w, 0, 2 * w}, // a request came: counted back
 		{6, a, countWrite, 149, 2 * w, 0, 2 * w}, // ... once
 		{20, a, countPkt, 149, 2 * w, 0, 2 * w},  // its first packet: counted already
 		{21, a, countIdle, 149, w, w, 2 * w},
 		{22, b, countIdle, 0, 0, 2 * w, 2 * w},
-		{260, a, countWrite, 200, w, w, 2 * w},  // in the next window
-		{261, b, countWrite, 0, w, w, 2 * w},    // b received nothing
+		{260, a, countWrite, 200, w, w, 2 * w}, // in the next window
+		{261, b, countWrite, 0, w, w, 2 * w},   // b received nothing
 		{262, a, countClose, 200, 0, w, w},
 	}
 	runCount(t, objs, rxfreshCountCase{Op: countReset, NowNs: countMs(1000), WinNs: countWin}, "reset")
