@@ -44,24 +44,30 @@
 
 #define TCP_CLOSE_STATE 7 /* TCP_CLOSE, the state a socket ends in */
 
-/* depart leaves every group the socket is counted in (share.h,
- * share_depart; closed: for good): each level of its cgroup path with a
- * slot in s->seen, read from the socket's cgroup path (cgpath.h). */
-static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int closed)
+#define COUNTED_DEPART 0 /* it went idle (share.h, share_depart) */
+#define COUNTED_CLOSE  1 /* it closed (share_depart, for good) */
+#define COUNTED_WRITE  2 /* its owner writes, the socket having received rcv (share_write) */
+
+/* counted_walk applies op (COUNTED_*) to every group the socket has a slot
+ * in (s->seen; for COUNTED_WRITE, those it left), each a level of its
+ * cgroup path (cgpath.h), under the group's queue lock. A slot whose group
+ * has no queue any more is emptied. */
+static __always_inline void counted_walk(struct tcp_sock *tp, struct hbm_sock *s, int op, __u32 rcv)
 {
 	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
+	const struct hbm_config *cfg;
 	struct hbm_queue *q;
 	struct cgroup *cg;
+	__u64 now = bpf_ktime_get_ns();
 	int level, i;
 
-	s->burst = 0;
 	cg = sk_cgroup((struct sock *)tp, &level);
 	if (!cg)
 		return;
 	for (i = 0; i < HBM_MAX_LEVELS; i++) {
 		if (i > level)
 			break;
-		if (!s->seen[i])
+		if (!s->seen[i] || (op == COUNTED_WRITE && !(s->seen[i] & SEEN_LEFT)))
 			continue;
 		key.cgroup_id = cgroup_level_id(cg, level, i);
 		if (!key.cgroup_id)
@@ -71,10 +77,27 @@ static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int 
 			s->seen[i] = 0;
 			continue;
 		}
+		if (op == COUNTED_WRITE) {
+			cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
+			if (!cfg || !(cfg->flags & HBM_F_PACE))
+				continue;
+			bpf_spin_lock(&q->lock);
+			share_write(q, cfg, s, i, rcv, now);
+			bpf_spin_unlock(&q->lock);
+			continue;
+		}
 		bpf_spin_lock(&q->lock);
-		share_depart(q, s, i, closed);
+		share_depart(q, s, i, op == COUNTED_CLOSE);
 		bpf_spin_unlock(&q->lock);
 	}
+}
+
+/* depart leaves every group the socket is counted in (share.h,
+ * share_depart; closed: for good). */
+static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int closed)
+{
+	s->burst = 0;
+	counted_walk(tp, s, closed ? COUNTED_CLOSE : COUNTED_DEPART, 0);
 }
 
 /* recount counts the socket back in its groups' flow counts at its owner's
@@ -83,35 +106,10 @@ static __always_inline void depart(struct tcp_sock *tp, struct hbm_sock *s, int 
  * time first. */
 static __always_inline void recount(struct tcp_sock *tp, struct hbm_sock *s)
 {
-	struct hbm_key key = { .dir = HBM_DIR_EGRESS };
-	const struct hbm_config *cfg;
-	struct hbm_queue *q;
-	struct cgroup *cg;
 	__u32 rcv = (__u32)tp->bytes_received;
-	__u64 now = bpf_ktime_get_ns();
-	int level, i;
 
-	if (!write_answers(s, rcv))
-		return;
-	cg = sk_cgroup((struct sock *)tp, &level);
-	if (!cg)
-		return;
-	for (i = 0; i < HBM_MAX_LEVELS; i++) {
-		if (i > level)
-			break;
-		if (!(s->seen[i] & SEEN_LEFT))
-			continue;
-		key.cgroup_id = cgroup_level_id(cg, level, i);
-		if (!key.cgroup_id)
-			break;
-		q = bpf_map_lookup_elem(&hbm_queue_map, &key);
-		cfg = bpf_map_lookup_elem(&hbm_limit_map, &key);
-		if (!q || !cfg || !(cfg->flags & HBM_F_PACE))
-			continue;
-		bpf_spin_lock(&q->lock);
-		share_write(q, cfg, s, i, rcv, now);
-		bpf_spin_unlock(&q->lock);
-	}
+	if (write_answers(s, rcv))
+		counted_walk(tp, s, COUNTED_WRITE, rcv);
 }
 
 /* xfer_room is the first window, segments of mss bytes, that the
